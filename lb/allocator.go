@@ -1,0 +1,414 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Sentinels for errors.Is; the typed errors below carry the details and
+// unwrap to them.
+var (
+	ErrPoolExhausted   = errors.New("pool exhausted")
+	ErrNotInPool       = errors.New("address not in pool")
+	ErrIPTaken         = errors.New("address taken")
+	ErrUnknownPool     = errors.New("unknown pool")
+	ErrPortConflict    = errors.New("port conflict on shared address")
+	ErrAlreadyAssigned = errors.New("service already holds another address of this family")
+	ErrInvalidRequest  = errors.New("invalid request")
+)
+
+// PoolExhaustedError: no address of Family is free for the request.
+type PoolExhaustedError struct {
+	Pool   string // "" when any pool would have done
+	Family Family
+}
+
+func (e *PoolExhaustedError) Error() string {
+	if e.Pool == "" {
+		return fmt.Sprintf("no free %s address in any pool", e.Family)
+	}
+	return fmt.Sprintf("pool %q has no free %s address", e.Pool, e.Family)
+}
+
+func (e *PoolExhaustedError) Unwrap() error { return ErrPoolExhausted }
+
+// NotInPoolError: a requested or loaded address lies outside the requested
+// pool, or outside every pool when Pool is "".
+type NotInPoolError struct {
+	IP   netip.Addr
+	Pool string
+}
+
+func (e *NotInPoolError) Error() string {
+	if e.Pool == "" {
+		return fmt.Sprintf("%s is not in any pool", e.IP)
+	}
+	return fmt.Sprintf("%s is not in pool %q", e.IP, e.Pool)
+}
+
+func (e *NotInPoolError) Unwrap() error { return ErrNotInPool }
+
+// IPTakenError: the address is held by Holder, which does not share it.
+type IPTakenError struct {
+	IP     netip.Addr
+	Holder string
+}
+
+func (e *IPTakenError) Error() string {
+	return fmt.Sprintf("%s is taken by %s", e.IP, e.Holder)
+}
+
+func (e *IPTakenError) Unwrap() error { return ErrIPTaken }
+
+// UnknownPoolError: the request names a pool that is not configured.
+type UnknownPoolError struct{ Pool string }
+
+func (e *UnknownPoolError) Error() string { return fmt.Sprintf("unknown pool %q", e.Pool) }
+
+func (e *UnknownPoolError) Unwrap() error { return ErrUnknownPool }
+
+// PortConflictError: the address is shared under the same key, but Holder
+// already uses Port on it.
+type PortConflictError struct {
+	IP     netip.Addr
+	Holder string
+	Port   Port
+}
+
+func (e *PortConflictError) Error() string {
+	return fmt.Sprintf("%s on shared %s is already used by %s", e.Port, e.IP, e.Holder)
+}
+
+func (e *PortConflictError) Unwrap() error { return ErrPortConflict }
+
+// holder is one Service's claim on an address.
+type holder struct {
+	key        string
+	sharingKey string
+	ports      []Port
+}
+
+// cursorKey names one family of one pool.
+type cursorKey struct {
+	pool   string
+	family Family
+}
+
+// Allocator hands out VIPs from pools to Services named "namespace/name".
+// It only keeps state in memory: the Service status is the record, loaded
+// with Assign at start-up. It is safe for concurrent use.
+type Allocator struct {
+	pools *Pools
+
+	mu      sync.Mutex
+	byIP    map[netip.Addr][]holder        // holders sorted by key
+	byKey   map[string][2]netip.Addr       // [0] IPv4, [1] IPv6; zero if none
+	byShare map[string]map[netip.Addr]bool // sharing key -> addresses under it
+	cursor  map[cursorKey]netip.Addr       // every allocatable address below is held
+}
+
+// NewAllocator returns an empty allocator over pools; nil means no pools.
+func NewAllocator(pools *Pools) *Allocator {
+	if pools == nil {
+		pools = &Pools{}
+	}
+	return &Allocator{
+		pools:   pools,
+		byIP:    map[netip.Addr][]holder{},
+		byKey:   map[string][2]netip.Addr{},
+		byShare: map[string]map[netip.Addr]bool{},
+		cursor:  map[cursorKey]netip.Addr{},
+	}
+}
+
+func famIndex(f Family) int {
+	if f == IPv6 {
+		return 1
+	}
+	return 0
+}
+
+// Assign records that key holds ip, as read from the Service status at
+// start-up; call it for every existing Service before any Allocate so that
+// no address moves or is handed out twice. Assigning the same key and ip
+// again only refreshes the request. An ip held by another key is accepted
+// when the two share it properly (same sharing key, disjoint ports);
+// otherwise the error says why and nothing changes.
+func (a *Allocator) Assign(key string, ip netip.Addr, req Request) error {
+	if !ip.IsValid() || plainAddr(ip) != nil {
+		return fmt.Errorf("assign %s to %s: %w", ip, key, ErrInvalidRequest)
+	}
+	// The .0/.255 rule is not applied: an address in use stays in use.
+	if _, ok := a.pools.For(ip); !ok {
+		return fmt.Errorf("assign to %s: %w", key, &NotInPoolError{IP: ip})
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old := a.byKey[key][famIndex(FamilyOf(ip))]; old.IsValid() && old != ip {
+		return fmt.Errorf("assign %s to %s, which holds %s: %w", ip, key, old, ErrAlreadyAssigned)
+	}
+	if err := a.canHold(key, ip, req); err != nil {
+		return fmt.Errorf("assign to %s: %w", key, err)
+	}
+	a.hold(key, ip, req)
+	return nil
+}
+
+// Allocate returns key's VIPs, one per family of req, and records them.
+// An address key already holds is kept while it still fits req, so calling
+// Allocate again changes nothing. Otherwise the requested address, if free
+// or properly shareable; otherwise, with a sharing key, the lowest address
+// already shared under it that fits; otherwise the lowest free address of
+// the requested pool, or of the pools in configuration order. On error
+// nothing changes, so a Service keeps its old VIP when a new request
+// cannot be met.
+func (a *Allocator) Allocate(key string, req Request) ([]netip.Addr, error) {
+	fams, err := req.families()
+	if err != nil {
+		return nil, fmt.Errorf("allocate for %s: %w", key, err)
+	}
+	if req.Pool != "" {
+		if _, ok := a.pools.Pool(req.Pool); !ok {
+			return nil, fmt.Errorf("allocate for %s: %w", key, &UnknownPoolError{Pool: req.Pool})
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Choose every family first and commit only if all succeed.
+	ips := make([]netip.Addr, len(fams))
+	for i, f := range fams {
+		if ips[i], err = a.choose(key, req, f); err != nil {
+			return nil, fmt.Errorf("allocate for %s: %w", key, err)
+		}
+	}
+	// Drop what key holds but no longer wants: a moved address, or a
+	// family the Service gave up.
+	for _, old := range a.byKey[key] {
+		if old.IsValid() && !slices.Contains(ips, old) {
+			a.drop(key, old)
+		}
+	}
+	for _, ip := range ips {
+		a.hold(key, ip, req)
+	}
+	return ips, nil
+}
+
+// families checks a Request built by hand as ParseRequest would and
+// returns the families to allocate.
+func (r Request) families() ([]Family, error) {
+	fams := r.Families
+	if len(fams) == 0 {
+		fams = defaultFamilies(r.IPs)
+	}
+	for i, f := range fams {
+		if f != IPv4 && f != IPv6 || slices.Contains(fams[:i], f) {
+			return nil, fmt.Errorf("families %v: %w", fams, ErrInvalidRequest)
+		}
+	}
+	var seen [2]bool
+	for _, ip := range r.IPs {
+		f := FamilyOf(ip)
+		if !ip.IsValid() || plainAddr(ip) != nil || seen[famIndex(f)] || !slices.Contains(fams, f) {
+			return nil, fmt.Errorf("requested addresses %v for families %v: %w", r.IPs, fams, ErrInvalidRequest)
+		}
+		seen[famIndex(f)] = true
+	}
+	return fams, nil
+}
+
+// choose picks key's address of family f. It records nothing but may
+// advance a pool cursor past addresses that are held anyway.
+func (a *Allocator) choose(key string, req Request, f Family) (netip.Addr, error) {
+	if held := a.byKey[key][famIndex(f)]; held.IsValid() && a.fits(key, held, req) {
+		return held, nil
+	}
+	if want, ok := req.IP(f); ok {
+		p, ok := a.pools.For(want)
+		if !ok || !p.Contains(want) || req.Pool != "" && p.name != req.Pool {
+			return netip.Addr{}, &NotInPoolError{IP: want, Pool: req.Pool}
+		}
+		if err := a.canHold(key, want, req); err != nil {
+			return netip.Addr{}, err
+		}
+		return want, nil
+	}
+	pools := a.pools.list
+	if req.Pool != "" {
+		p, _ := a.pools.Pool(req.Pool) // checked by Allocate
+		pools = []*Pool{p}
+	}
+	if ip, ok := a.sharedFit(key, req, pools); ok {
+		return ip, nil
+	}
+	for _, p := range pools {
+		ck := cursorKey{p.name, f}
+		ip, ok := p.lowest(f, a.cursor[ck], func(ip netip.Addr) bool { return len(a.byIP[ip]) > 0 })
+		if ok {
+			a.cursor[ck] = ip // nothing below ip is free
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, &PoolExhaustedError{Pool: req.Pool, Family: f}
+}
+
+// fits reports whether the address key holds still satisfies req.
+func (a *Allocator) fits(key string, held netip.Addr, req Request) bool {
+	if want, ok := req.IP(FamilyOf(held)); ok && want != held {
+		return false
+	}
+	if req.Pool != "" {
+		if p, ok := a.pools.Pool(req.Pool); !ok || !p.inRange(held) {
+			return false
+		}
+	}
+	return a.canHold(key, held, req) == nil
+}
+
+// sharedFit finds the lowest address in pools already shared under
+// req.SharingKey that key may join, so that Services with one key gather
+// on one VIP without naming it.
+func (a *Allocator) sharedFit(key string, req Request, pools []*Pool) (netip.Addr, bool) {
+	if req.SharingKey == "" {
+		return netip.Addr{}, false
+	}
+	var best netip.Addr
+	for ip := range a.byShare[req.SharingKey] {
+		if best.IsValid() && best.Less(ip) {
+			continue
+		}
+		in := slices.ContainsFunc(pools, func(p *Pool) bool { return p.Contains(ip) })
+		if in && a.canHold(key, ip, req) == nil {
+			best = ip
+		}
+	}
+	return best, best.IsValid()
+}
+
+// canHold reports why key may not hold ip next to its current holders:
+// every other holder must have the same non-empty sharing key and no port
+// in common with req.
+func (a *Allocator) canHold(key string, ip netip.Addr, req Request) error {
+	for _, h := range a.byIP[ip] {
+		if h.key == key {
+			continue
+		}
+		if req.SharingKey == "" || h.sharingKey != req.SharingKey {
+			return &IPTakenError{IP: ip, Holder: h.key}
+		}
+		for _, p := range req.Ports {
+			if slices.Contains(h.ports, p) {
+				return &PortConflictError{IP: ip, Holder: h.key, Port: p}
+			}
+		}
+	}
+	return nil
+}
+
+// hold records key's claim on ip, updating the claim if key already has
+// one there.
+func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
+	h := holder{key: key, sharingKey: req.SharingKey, ports: slices.Clone(req.Ports)}
+	hs := a.byIP[ip]
+	i, found := slices.BinarySearchFunc(hs, key, func(h holder, k string) int { return strings.Compare(h.key, k) })
+	if found {
+		old := hs[i]
+		hs[i] = h
+		a.unshare(old.sharingKey, ip, hs)
+	} else {
+		hs = slices.Insert(hs, i, h)
+	}
+	a.byIP[ip] = hs
+	if h.sharingKey != "" {
+		if a.byShare[h.sharingKey] == nil {
+			a.byShare[h.sharingKey] = map[netip.Addr]bool{}
+		}
+		a.byShare[h.sharingKey][ip] = true
+	}
+	ka := a.byKey[key]
+	ka[famIndex(FamilyOf(ip))] = ip
+	a.byKey[key] = ka
+}
+
+// drop removes key's claim on ip and frees ip when no one is left.
+func (a *Allocator) drop(key string, ip netip.Addr) {
+	hs := a.byIP[ip]
+	i := slices.IndexFunc(hs, func(h holder) bool { return h.key == key })
+	if i < 0 {
+		return
+	}
+	gone := hs[i]
+	hs = slices.Delete(hs, i, i+1)
+	a.unshare(gone.sharingKey, ip, hs)
+	if len(hs) == 0 {
+		delete(a.byIP, ip)
+		// Keep the cursor's promise that everything below it is held.
+		if p, ok := a.pools.For(ip); ok {
+			ck := cursorKey{p.name, FamilyOf(ip)}
+			if c, ok := a.cursor[ck]; ok && ip.Less(c) {
+				a.cursor[ck] = ip
+			}
+		}
+	} else {
+		a.byIP[ip] = hs
+	}
+	ka := a.byKey[key]
+	ka[famIndex(FamilyOf(ip))] = netip.Addr{}
+	if ka == [2]netip.Addr{} {
+		delete(a.byKey, key)
+	} else {
+		a.byKey[key] = ka
+	}
+}
+
+// unshare removes ip from the index of sharingKey unless one of the
+// holders hs still uses that key.
+func (a *Allocator) unshare(sharingKey string, ip netip.Addr, hs []holder) {
+	if sharingKey == "" || slices.ContainsFunc(hs, func(h holder) bool { return h.sharingKey == sharingKey }) {
+		return
+	}
+	delete(a.byShare[sharingKey], ip)
+	if len(a.byShare[sharingKey]) == 0 {
+		delete(a.byShare, sharingKey)
+	}
+}
+
+// Release forgets every address key holds; an address shared with others
+// stays theirs.
+func (a *Allocator) Release(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ip := range a.byKey[key] {
+		if ip.IsValid() {
+			a.drop(key, ip)
+		}
+	}
+}
+
+// Lookup returns the addresses key holds, IPv4 first; nil if none.
+func (a *Allocator) Lookup(key string) []netip.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []netip.Addr
+	for _, ip := range a.byKey[key] {
+		if ip.IsValid() {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// Holders returns the keys holding ip, sorted; nil if it is free.
+func (a *Allocator) Holders(ip netip.Addr) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, h := range a.byIP[ip] {
+		out = append(out, h.key)
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package lb
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func service(ann map[string]string, lbIP string, fams ...v1.IPFamily) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc", Annotations: ann},
+		Spec: v1.ServiceSpec{
+			Type:           v1.ServiceTypeLoadBalancer,
+			LoadBalancerIP: lbIP,
+			IPFamilies:     fams,
+			Ports: []v1.ServicePort{
+				{Port: 80, Protocol: v1.ProtocolTCP},
+				{Port: 53},
+				{Port: 53, Protocol: v1.ProtocolUDP},
+			},
+		},
+	}
+}
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+func TestParseRequest(t *testing.T) {
+	ports := []Port{{"TCP", 80}, {"TCP", 53}, {"UDP", 53}}
+	tests := []struct {
+		name      string
+		svc       *v1.Service
+		want      Request
+		wantField string // the field a *RequestError must name; "" for success
+		wantValue string
+	}{
+		{
+			name: "nothing asked",
+			svc:  service(nil, ""),
+			want: Request{Families: []Family{IPv4}, Ports: ports},
+		},
+		{
+			name: "everything asked",
+			svc: service(map[string]string{
+				AnnotationIP:         " 192.168.50.10 ",
+				AnnotationPool:       "lan",
+				AnnotationSharingKey: "web",
+				"other.example/x":    "ignored",
+			}, "", v1.IPv4Protocol),
+			want: Request{Families: []Family{IPv4}, IPs: addrs("192.168.50.10"), Pool: "lan", SharingKey: "web", Ports: ports},
+		},
+		{
+			name: "dual stack, IPs follow family order",
+			svc:  service(map[string]string{AnnotationIP: "fd00::10,192.168.50.10"}, "", v1.IPv4Protocol, v1.IPv6Protocol),
+			want: Request{Families: []Family{IPv4, IPv6}, IPs: addrs("192.168.50.10", "fd00::10"), Ports: ports},
+		},
+		{
+			name: "families from the IPs when spec has none",
+			svc:  service(map[string]string{AnnotationIP: "fd00::10"}, ""),
+			want: Request{Families: []Family{IPv6}, IPs: addrs("fd00::10"), Ports: ports},
+		},
+		{
+			name: "dual stack with one IP requested",
+			svc:  service(map[string]string{AnnotationIP: "fd00::10"}, "", v1.IPv6Protocol, v1.IPv4Protocol),
+			want: Request{Families: []Family{IPv6, IPv4}, IPs: addrs("fd00::10"), Ports: ports},
+		},
+		{
+			name: "deprecated loadBalancerIP",
+			svc:  service(nil, "192.168.50.11"),
+			want: Request{Families: []Family{IPv4}, IPs: addrs("192.168.50.11"), Ports: ports},
+		},
+		{
+			name: "loadBalancerIP agreeing with annotation",
+			svc:  service(map[string]string{AnnotationIP: "192.168.50.11,fd00::1"}, "fd00::1", v1.IPv4Protocol, v1.IPv6Protocol),
+			want: Request{Families: []Family{IPv4, IPv6}, IPs: addrs("192.168.50.11", "fd00::1"), Ports: ports},
+		},
+		{
+			name: "blank annotations mean unset",
+			svc:  service(map[string]string{AnnotationIP: " ", AnnotationPool: "", AnnotationSharingKey: "  "}, ""),
+			want: Request{Families: []Family{IPv4}, Ports: ports},
+		},
+		{name: "bad IP", svc: service(map[string]string{AnnotationIP: "192.168.50.300"}, ""), wantField: AnnotationIP, wantValue: "192.168.50.300"},
+		{name: "two IPv4", svc: service(map[string]string{AnnotationIP: "10.0.0.1,10.0.0.2"}, ""), wantField: AnnotationIP, wantValue: "10.0.0.1,10.0.0.2"},
+		{name: "empty list item", svc: service(map[string]string{AnnotationIP: "10.0.0.1,"}, ""), wantField: AnnotationIP, wantValue: "10.0.0.1,"},
+		{name: "CIDR is not an IP", svc: service(map[string]string{AnnotationIP: "10.0.0.0/24"}, ""), wantField: AnnotationIP, wantValue: "10.0.0.0/24"},
+		{name: "zone", svc: service(map[string]string{AnnotationIP: "fe80::1%eth0"}, ""), wantField: AnnotationIP, wantValue: "fe80::1%eth0"},
+		{name: "mapped", svc: service(map[string]string{AnnotationIP: "::ffff:10.0.0.1"}, ""), wantField: AnnotationIP, wantValue: "::ffff:10.0.0.1"},
+		{name: "unspecified", svc: service(map[string]string{AnnotationIP: "0.0.0.0"}, ""), wantField: AnnotationIP, wantValue: "0.0.0.0"},
+		{name: "multicast", svc: service(map[string]string{AnnotationIP: "224.0.0.1"}, ""), wantField: AnnotationIP, wantValue: "224.0.0.1"},
+		{
+			name:      "IP of a family the Service lacks",
+			svc:       service(map[string]string{AnnotationIP: "fd00::1"}, "", v1.IPv4Protocol),
+			wantField: AnnotationIP, wantValue: "fd00::1",
+		},
+		{name: "bad loadBalancerIP", svc: service(nil, "nope"), wantField: FieldLoadBalancerIP, wantValue: "nope"},
+		{
+			name:      "loadBalancerIP disagrees",
+			svc:       service(map[string]string{AnnotationIP: "10.0.0.1"}, "10.0.0.2"),
+			wantField: FieldLoadBalancerIP, wantValue: "10.0.0.2",
+		},
+		{name: "bad pool name", svc: service(map[string]string{AnnotationPool: "a/b"}, ""), wantField: AnnotationPool, wantValue: "a/b"},
+		{name: "bad sharing key", svc: service(map[string]string{AnnotationSharingKey: "a b"}, ""), wantField: AnnotationSharingKey, wantValue: "a b"},
+		{name: "long sharing key", svc: service(map[string]string{AnnotationSharingKey: strings.Repeat("k", 254)}, ""), wantField: AnnotationSharingKey, wantValue: strings.Repeat("k", 254)},
+		{name: "bad family", svc: service(nil, "", "IPv5"), wantField: FieldIPFamilies, wantValue: "[IPv5]"},
+		{name: "family twice", svc: service(nil, "", v1.IPv4Protocol, v1.IPv4Protocol), wantField: FieldIPFamilies, wantValue: "[IPv4 IPv4]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRequest(tt.svc)
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("ParseRequest: %v", err)
+				}
+				if !reflect.DeepEqual(got, tt.want) {
+					t.Errorf("ParseRequest =\n %+v\nwant\n %+v", got, tt.want)
+				}
+				return
+			}
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("err = %v, want *RequestError", err)
+			}
+			if re.Field != tt.wantField || re.Value != tt.wantValue {
+				t.Errorf("error names %s=%q, want %s=%q", re.Field, re.Value, tt.wantField, tt.wantValue)
+			}
+			if !strings.Contains(err.Error(), tt.wantField) {
+				t.Errorf("message %q does not name %s", err, tt.wantField)
+			}
+		})
+	}
+}
+
+func TestParseRequestNil(t *testing.T) {
+	if _, err := ParseRequest(nil); err == nil {
+		t.Fatal("ParseRequest(nil) succeeded")
+	}
+}
+
+// FuzzParseRequest checks that no input panics, that a parsed request
+// holds only usable addresses, and that writing it back as annotations
+// parses to the same request.
+func FuzzParseRequest(f *testing.F) {
+	f.Add("192.168.50.10", "lan", "web", "", "IPv4")
+	f.Add("fd00::1, 10.0.0.1", "", "", "", "IPv6,IPv4")
+	f.Add("", "", "", "10.0.0.3", "")
+	f.Add("10.0.0.1,", "a b", "k\x00", "x", "IPv5")
+	f.Add("::ffff:1.2.3.4", "", "", "fe80::1%eth0", "IPv4,IPv4")
+	f.Fuzz(func(t *testing.T, ip, pool, key, lbIP, fams string) {
+		var families []v1.IPFamily
+		if fams != "" {
+			for f := range strings.SplitSeq(fams, ",") {
+				families = append(families, v1.IPFamily(f))
+			}
+		}
+		ann := map[string]string{AnnotationIP: ip, AnnotationPool: pool, AnnotationSharingKey: key}
+		req, err := ParseRequest(service(ann, lbIP, families...))
+		if err != nil {
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("error %v is not a *RequestError", err)
+			}
+			return
+		}
+		if _, err := req.families(); err != nil {
+			t.Fatalf("parsed request fails the allocator's check: %v (%+v)", err, req)
+		}
+		if len(req.Families) == 0 {
+			t.Fatalf("no families in %+v", req)
+		}
+		for _, a := range req.IPs {
+			if !a.IsValid() || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() {
+				t.Fatalf("unusable address %v in %+v", a, req)
+			}
+		}
+		if strings.TrimSpace(req.Pool) != req.Pool || strings.TrimSpace(req.SharingKey) != req.SharingKey {
+			t.Fatalf("untrimmed pool or key in %+v", req)
+		}
+		var fs []v1.IPFamily
+		for _, f := range req.Families {
+			fs = append(fs, v1.IPFamily(f))
+		}
+		again, err := ParseRequest(service(req.Annotations(), "", fs...))
+		if err != nil {
+			t.Fatalf("round trip of %+v: %v", req, err)
+		}
+		if !reflect.DeepEqual(again, req) {
+			t.Fatalf("round trip changed %+v into %+v", req, again)
+		}
+	})
+}

@@ -1,0 +1,94 @@
+package lb
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+)
+
+func benchPools(b *testing.B) *Pools {
+	return mustPools(b, PoolConfig{Name: "big", Addresses: []string{"10.20.0.0/16"}, AvoidDot0Dot255: true})
+}
+
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s/svc-%d", prefix, i)
+	}
+	return out
+}
+
+// BenchmarkAllocate1000 allocates 1000 Services from a /16; one op is the
+// whole batch.
+func BenchmarkAllocate1000(b *testing.B) {
+	ps, ks := benchPools(b), keys("ns", 1000)
+	req := Request{Families: []Family{IPv4}, Ports: []Port{{"TCP", 80}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		a := NewAllocator(ps)
+		for _, k := range ks {
+			if _, err := a.Allocate(k, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkAssign1000ThenAllocate loads 1000 existing assignments (every
+// other address, so new ones fill the gaps), confirms them with Allocate
+// as a resync would, and allocates 1000 new Services.
+func BenchmarkAssign1000ThenAllocate(b *testing.B) {
+	ps, old, fresh := benchPools(b), keys("old", 1000), keys("new", 1000)
+	req := Request{Families: []Family{IPv4}, Ports: []Port{{"TCP", 80}}}
+	ips := make([]netip.Addr, len(old))
+	ip := netip.MustParseAddr("10.20.0.1")
+	for i := range ips {
+		ips[i] = ip
+		ip = ip.Next().Next()
+		if ip.As4()[3] == 255 {
+			ip = ip.Next().Next()
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		a := NewAllocator(ps)
+		for i, k := range old {
+			if err := a.Assign(k, ips[i], req); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i, k := range old {
+			if got, err := a.Allocate(k, req); err != nil || got[0] != ips[i] {
+				b.Fatalf("%s moved to %v: %v", k, got, err)
+			}
+		}
+		for _, k := range fresh {
+			if _, err := a.Allocate(k, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkChooseAnnouncers1000x100 places 1000 VIPs on 100 nodes: half
+// keep their current node, half are new.
+func BenchmarkChooseAnnouncers1000x100(b *testing.B) {
+	nodes := make([]string, 100)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("node-%03d", i)
+	}
+	in := make(map[string]AnnouncerInput, 1000)
+	for i := range 1000 {
+		cur := ""
+		if i%2 == 0 {
+			cur = nodes[i%100]
+		}
+		in[fmt.Sprintf("10.20.%d.%d", i/250, i%250+1)] = AnnouncerInput{Current: cur, Eligible: nodes}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := ChooseAnnouncers(in); len(got) != 1000 {
+			b.Fatalf("%d VIPs placed", len(got))
+		}
+	}
+}

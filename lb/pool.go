@@ -1,0 +1,311 @@
+// Package lb holds the pure decisions behind labcloud's LoadBalancer
+// Services: which addresses a pool offers, what a Service asks for in its
+// annotations, which VIP it gets and which node answers for it. Nothing here
+// does I/O; the provider applies the results.
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// ErrPoolOverlap marks a configuration in which two address specs, in one
+// pool or in two, share an address: an address must have exactly one owner.
+var ErrPoolOverlap = errors.New("address ranges overlap")
+
+// Family is an IP family. The values match Kubernetes' IPFamily strings.
+type Family string
+
+// The two IP families.
+const (
+	IPv4 Family = "IPv4"
+	IPv6 Family = "IPv6"
+)
+
+// FamilyOf returns the family of a valid address.
+func FamilyOf(ip netip.Addr) Family {
+	if ip.Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// PoolConfig is one pool as written in the cloud config.
+type PoolConfig struct {
+	// Name is what the lb.labcloud.io/pool annotation refers to.
+	Name string `json:"name"`
+	// Addresses are CIDRs ("192.168.50.0/24", "fd00:50::/120"), inclusive
+	// ranges ("192.168.50.10-192.168.50.20") or single addresses.
+	Addresses []string `json:"addresses"`
+	// AvoidDot0Dot255 keeps IPv4 addresses ending in .0 or .255 out of the
+	// pool: some clients and firmware treat them as network or broadcast
+	// addresses even inside a larger prefix.
+	AvoidDot0Dot255 bool `json:"avoidDot0Dot255,omitempty"`
+}
+
+// ipRange is an inclusive range of one family, with the spec it came from
+// so that errors can quote the user's own words.
+type ipRange struct {
+	first, last netip.Addr
+	spec        string
+}
+
+// Pool is a parsed, validated pool. It is immutable.
+type Pool struct {
+	name   string
+	ranges []ipRange // sorted by first address, non-overlapping
+	avoid  bool
+}
+
+// NewPool parses one pool. Errors name the pool and the bad spec.
+func NewPool(cfg PoolConfig) (*Pool, error) {
+	if err := validName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+	}
+	if len(cfg.Addresses) == 0 {
+		return nil, fmt.Errorf("pool %q: no addresses", cfg.Name)
+	}
+	p := &Pool{name: cfg.Name, avoid: cfg.AvoidDot0Dot255}
+	for _, spec := range cfg.Addresses {
+		r, err := parseSpec(spec)
+		if err != nil {
+			return nil, fmt.Errorf("pool %q: address %q: %w", cfg.Name, spec, err)
+		}
+		p.ranges = append(p.ranges, r)
+	}
+	slices.SortFunc(p.ranges, func(a, b ipRange) int { return a.first.Compare(b.first) })
+	for i := 1; i < len(p.ranges); i++ {
+		if prev, r := p.ranges[i-1], p.ranges[i]; r.first.Compare(prev.last) <= 0 {
+			return nil, fmt.Errorf("pool %q: %q and %q: %w", cfg.Name, prev.spec, r.spec, ErrPoolOverlap)
+		}
+	}
+	return p, nil
+}
+
+// validName accepts names that survive being written in an annotation:
+// letters, digits, '-', '_' and '.', at most 63 of them.
+func validName(name string) error {
+	if name == "" {
+		return errors.New("empty name")
+	}
+	if len(name) > 63 {
+		return errors.New("name longer than 63 characters")
+	}
+	for _, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '.'
+		if !ok {
+			return fmt.Errorf("character %q not allowed in a name (letters, digits, '-', '_', '.')", c)
+		}
+	}
+	return nil
+}
+
+// parseSpec reads a CIDR, a "first-last" range or a single address.
+func parseSpec(spec string) (ipRange, error) {
+	s := strings.TrimSpace(spec)
+	switch {
+	case s == "":
+		return ipRange{}, errors.New("empty")
+	case strings.Contains(s, "/"):
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return ipRange{}, err
+		}
+		if err := plainAddr(pfx.Addr()); err != nil {
+			return ipRange{}, err
+		}
+		// A prefix with host bits set is almost always a typo for the
+		// network it sits in; guessing either way could hand out the
+		// wrong addresses.
+		if m := pfx.Masked(); m != pfx {
+			return ipRange{}, fmt.Errorf("host bits set (did you mean %s?)", m)
+		}
+		return ipRange{first: pfx.Addr(), last: lastOf(pfx), spec: spec}, nil
+	case strings.Contains(s, "-"):
+		a, b, _ := strings.Cut(s, "-")
+		first, err := parseAddr(strings.TrimSpace(a))
+		if err != nil {
+			return ipRange{}, err
+		}
+		last, err := parseAddr(strings.TrimSpace(b))
+		if err != nil {
+			return ipRange{}, err
+		}
+		if FamilyOf(first) != FamilyOf(last) {
+			return ipRange{}, errors.New("range mixes IPv4 and IPv6")
+		}
+		if last.Less(first) {
+			return ipRange{}, fmt.Errorf("range ends (%s) before it starts (%s)", last, first)
+		}
+		return ipRange{first: first, last: last, spec: spec}, nil
+	default:
+		ip, err := parseAddr(s)
+		if err != nil {
+			return ipRange{}, err
+		}
+		return ipRange{first: ip, last: ip, spec: spec}, nil
+	}
+}
+
+// parseAddr parses an address that can be a VIP.
+func parseAddr(s string) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return ip, plainAddr(ip)
+}
+
+// plainAddr rejects forms that compare unequal to the address a kernel or a
+// Service status would show: zones and IPv4-mapped IPv6.
+func plainAddr(ip netip.Addr) error {
+	if ip.Zone() != "" {
+		return fmt.Errorf("%s: zones are not allowed", ip)
+	}
+	if ip.Is4In6() {
+		return fmt.Errorf("%s: IPv4-mapped IPv6 is not allowed, write %s", ip, ip.Unmap())
+	}
+	return nil
+}
+
+// lastOf returns the highest address of a masked prefix.
+func lastOf(pfx netip.Prefix) netip.Addr {
+	b := pfx.Addr().AsSlice()
+	for i := pfx.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	ip, _ := netip.AddrFromSlice(b)
+	return ip
+}
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.name }
+
+// Has reports whether the pool has addresses of family f.
+func (p *Pool) Has(f Family) bool {
+	for _, r := range p.ranges {
+		if FamilyOf(r.first) == f {
+			return true
+		}
+	}
+	return false
+}
+
+// Contains reports whether ip may be handed out from the pool: inside one
+// of its ranges and not an avoided .0/.255.
+func (p *Pool) Contains(ip netip.Addr) bool {
+	return p.inRange(ip) && p.allocatable(ip)
+}
+
+// inRange reports whether ip lies in one of the ranges, ignoring the .0/.255
+// rule, so that an address already in use is recognised as the pool's.
+func (p *Pool) inRange(ip netip.Addr) bool {
+	for _, r := range p.ranges {
+		if r.first.Compare(ip) <= 0 && ip.Compare(r.last) <= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) allocatable(ip netip.Addr) bool {
+	if !p.avoid || !ip.Is4() {
+		return true
+	}
+	last := ip.As4()[3]
+	return last != 0 && last != 255
+}
+
+// lowest returns the lowest allocatable address of family f at or above
+// from (the pool's start when from is the zero Addr) for which used is
+// false.
+func (p *Pool) lowest(f Family, from netip.Addr, used func(netip.Addr) bool) (netip.Addr, bool) {
+	for _, r := range p.ranges {
+		if FamilyOf(r.first) != f || (from.IsValid() && r.last.Less(from)) {
+			continue
+		}
+		ip := r.first
+		if from.IsValid() && ip.Less(from) {
+			ip = from
+		}
+		for {
+			if p.allocatable(ip) && !used(ip) {
+				return ip, true
+			}
+			if ip == r.last {
+				break
+			}
+			ip = ip.Next()
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// Pools is the validated set of pools, in configuration order. It is
+// immutable.
+type Pools struct {
+	list   []*Pool
+	byName map[string]*Pool
+}
+
+// NewPools parses every pool and rejects duplicate names and addresses
+// claimed by two pools. No pools at all is valid: nothing can be allocated.
+func NewPools(cfgs []PoolConfig) (*Pools, error) {
+	ps := &Pools{byName: make(map[string]*Pool, len(cfgs))}
+	type owned struct {
+		ipRange
+		pool string
+	}
+	var all []owned
+	for _, cfg := range cfgs {
+		p, err := NewPool(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := ps.byName[p.name]; dup {
+			return nil, fmt.Errorf("pool %q: defined twice", p.name)
+		}
+		ps.byName[p.name] = p
+		ps.list = append(ps.list, p)
+		for _, r := range p.ranges {
+			all = append(all, owned{r, p.name})
+		}
+	}
+	// Sorted by start, a range overlaps an earlier one exactly when it
+	// starts at or before the furthest end seen so far.
+	slices.SortFunc(all, func(a, b owned) int { return a.first.Compare(b.first) })
+	var far owned // the range reaching furthest among those already checked
+	for i, r := range all {
+		if i > 0 && r.first.Compare(far.last) <= 0 {
+			return nil, fmt.Errorf("pool %q (%s) and pool %q (%s): %w", far.pool, far.spec, r.pool, r.spec, ErrPoolOverlap)
+		}
+		if i == 0 || far.last.Less(r.last) {
+			far = r
+		}
+	}
+	return ps, nil
+}
+
+// Pool returns the pool with the given name.
+func (ps *Pools) Pool(name string) (*Pool, bool) {
+	p, ok := ps.byName[name]
+	return p, ok
+}
+
+// For returns the pool whose ranges hold ip, whether or not ip is an avoided
+// .0/.255.
+func (ps *Pools) For(ip netip.Addr) (*Pool, bool) {
+	for _, p := range ps.list {
+		if p.inRange(ip) {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// List returns the pools in configuration order.
+func (ps *Pools) List() []*Pool { return slices.Clone(ps.list) }
