@@ -1,0 +1,117 @@
+package announce
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+// NetlinkLinks watches links with rtnetlink (LinkSubscribe).
+type NetlinkLinks struct {
+	// Namespace to watch in; nil means the caller's.
+	Namespace *netns.NsHandle
+}
+
+var _ LinkWatcher = NetlinkLinks{}
+
+// WatchUp implements LinkWatcher. A link is up when it is administratively up
+// and its operational state is up (or unknown, for drivers that do not report
+// one). If the subscription breaks (the kernel drops messages when the socket
+// overflows), it subscribes again and reports the link as having come up, since
+// a transition may have been missed.
+func (w NetlinkLinks) WatchUp(ctx context.Context, index int) (<-chan struct{}, error) {
+	updates, done, err := w.subscribe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to link updates: %w", err)
+	}
+	out := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		defer close(out)
+		logger := klog.FromContext(ctx)
+		known, up := false, false
+		for {
+			select {
+			case <-ctx.Done():
+				close(done)
+				for range updates {
+					// The subscription's goroutine closes updates once it stops.
+				}
+				return
+			case u, ok := <-updates:
+				if !ok {
+					close(done)
+					logger.Info("Link subscription ended; subscribing again")
+					if updates, done = w.resubscribe(ctx); updates == nil {
+						return
+					}
+					known = false
+					signal()
+					continue
+				}
+				if u.Link == nil || u.Link.Attrs().Index != index {
+					continue
+				}
+				now := linkUp(u)
+				if known && now && !up {
+					signal()
+				}
+				known, up = true, now
+			}
+		}
+	}()
+	return out, nil
+}
+
+// resubscribe subscribes again, once a second until it works or ctx is done
+// (then it returns nils).
+func (w NetlinkLinks) resubscribe(ctx context.Context) (chan netlink.LinkUpdate, chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(time.Second):
+		}
+		updates, done, err := w.subscribe(ctx)
+		if err == nil {
+			return updates, done
+		}
+		klog.FromContext(ctx).Error(err, "Subscribing to link updates")
+	}
+}
+
+func (w NetlinkLinks) subscribe(ctx context.Context) (chan netlink.LinkUpdate, chan struct{}, error) {
+	logger := klog.FromContext(ctx)
+	updates := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+		Namespace:     w.Namespace,
+		ListExisting:  true,
+		ErrorCallback: func(err error) { logger.V(2).Info("Link updates", "err", err) },
+	})
+	if err != nil {
+		close(done)
+		return nil, nil, err
+	}
+	return updates, done, nil
+}
+
+func linkUp(u netlink.LinkUpdate) bool {
+	if u.Header.Type == unix.RTM_DELLINK {
+		return false
+	}
+	attrs := u.Link.Attrs()
+	return attrs.Flags&net.FlagUp != 0 &&
+		(attrs.OperState == netlink.OperUp || attrs.OperState == netlink.OperUnknown)
+}
