@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what labcloud needs on a Debian/Ubuntu host: the C library for the
+# libvirt bindings, libvirt + QEMU + dnsmasq for the lab and the tests, the
+# guest kernel and busybox for lab VMs, and Go if it is missing or too old.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+packages=(
+  build-essential pkg-config libvirt-dev
+  libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-config-network libvirt-clients
+  qemu-system-x86 dnsmasq-base iptables iproute2 kmod
+  busybox-static linux-image-cloud-amd64
+  curl ca-certificates bc procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+go_want=1.26
+need_go=1
+if command -v go >/dev/null; then
+  have=$(go env GOVERSION | sed 's/^go//')
+  [ "$(printf '%s\n%s\n' "$go_want" "$have" | sort -V | head -1)" = "$go_want" ] && need_go=0
+fi
+if [ "$need_go" = 1 ]; then
+  v=$(curl -fsSL 'https://go.dev/VERSION?m=text' | head -1)
+  echo "installing $v to /usr/local/go" >&2
+  curl -fsSL "https://go.dev/dl/$v.linux-amd64.tar.gz" | tar -C /usr/local -xz
+  echo "add /usr/local/go/bin to PATH" >&2
+fi

@@ -1,0 +1,180 @@
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// Modules are the modules the guest loads, dependencies resolved from
+// modules.dep: virtio networking (virtio_ring, virtio, virtio_pci_legacy_dev,
+// virtio_pci_modern_dev, virtio_pci, failover, net_failover, virtio_net on
+// Debian's cloud kernel) and dummy, for lab-node's pod0 interface.
+var Modules = []string{"virtio_pci", "virtio_net", "dummy"}
+
+// module is one kernel module resolved for the initramfs.
+type module struct {
+	Name string // virtio_net
+	Rel  string // kernel/drivers/net/virtio_net.ko (without compression suffix)
+	Data []byte // uncompressed
+}
+
+// modName turns a modules.dep path into a module name.
+func modName(p string) string {
+	b := path.Base(p)
+	b, _, _ = strings.Cut(b, ".ko")
+	return strings.ReplaceAll(b, "-", "_")
+}
+
+// parseModulesDep maps module names to their path and dependency paths.
+func parseModulesDep(r io.Reader) (map[string]depEntry, error) {
+	out := map[string]depEntry{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		file, deps, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, fmt.Errorf("modules.dep: bad line %q", line)
+		}
+		out[modName(file)] = depEntry{path: file, deps: strings.Fields(deps)}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read modules.dep: %w", err)
+	}
+	return out, nil
+}
+
+type depEntry struct {
+	path string
+	deps []string
+}
+
+// loadOrder returns the module paths to load for roots, dependencies
+// first, each once. Modules listed in builtin are skipped.
+func loadOrder(dep map[string]depEntry, builtin map[string]bool, roots []string) ([]string, error) {
+	var order []string
+	done := map[string]bool{}
+	visiting := map[string]bool{}
+	var visit func(name string) error
+	visit = func(name string) error {
+		if done[name] || builtin[name] {
+			return nil
+		}
+		if visiting[name] {
+			return fmt.Errorf("module dependency cycle at %s", name)
+		}
+		e, ok := dep[name]
+		if !ok {
+			return fmt.Errorf("module %s: %w", name, errNoModule)
+		}
+		visiting[name] = true
+		for _, d := range e.deps {
+			if err := visit(modName(d)); err != nil {
+				return err
+			}
+		}
+		visiting[name] = false
+		done[name] = true
+		order = append(order, e.path)
+		return nil
+	}
+	for _, r := range roots {
+		if err := visit(r); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+var errNoModule = errors.New("neither in modules.dep nor built in")
+
+// resolveModules reads the modules for roots from dir (/lib/modules/<ver>),
+// decompressed: busybox insmod cannot be relied on to read .ko.xz/.ko.zst.
+func resolveModules(dir string, roots []string) ([]module, error) {
+	f, err := os.Open(filepath.Join(dir, "modules.dep"))
+	if err != nil {
+		return nil, fmt.Errorf("kernel modules: %w; apt-get install linux-image-cloud-amd64 (modules of the same version as the kernel)", err)
+	}
+	defer f.Close()
+	dep, err := parseModulesDep(f)
+	if err != nil {
+		return nil, err
+	}
+	builtin := map[string]bool{}
+	if b, err := os.ReadFile(filepath.Join(dir, "modules.builtin")); err == nil {
+		for _, l := range strings.Fields(string(b)) {
+			builtin[modName(l)] = true
+		}
+	}
+	paths, err := loadOrder(dep, builtin, roots)
+	if err != nil {
+		return nil, fmt.Errorf("kernel modules in %s: %w", dir, err)
+	}
+	mods := make([]module, 0, len(paths))
+	for _, p := range paths {
+		data, err := readModule(filepath.Join(dir, p))
+		if err != nil {
+			return nil, err
+		}
+		rel := p
+		for _, ext := range []string{".gz", ".xz", ".zst"} {
+			rel = strings.TrimSuffix(rel, ext)
+		}
+		mods = append(mods, module{Name: modName(p), Rel: rel, Data: data})
+	}
+	return mods, nil
+}
+
+// readModule reads a module file, decompressing .ko.gz, .ko.xz, .ko.zst.
+func readModule(p string) ([]byte, error) {
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("kernel module: %w", err)
+	}
+	switch {
+	case strings.HasSuffix(p, ".ko"):
+		return raw, nil
+	case strings.HasSuffix(p, ".ko.gz"):
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("decompress %s: %w", p, err)
+		}
+		data, err := io.ReadAll(zr)
+		if err != nil {
+			return nil, fmt.Errorf("decompress %s: %w", p, err)
+		}
+		return data, nil
+	case strings.HasSuffix(p, ".ko.xz"):
+		return decompressWith(p, raw, "xz", "xz-utils")
+	case strings.HasSuffix(p, ".ko.zst"):
+		return decompressWith(p, raw, "zstd", "zstd")
+	}
+	return nil, fmt.Errorf("kernel module %s: unknown file type", p)
+}
+
+func decompressWith(p string, raw []byte, tool, pkg string) ([]byte, error) {
+	bin, err := exec.LookPath(tool)
+	if err != nil {
+		return nil, fmt.Errorf("decompress %s: %s not installed: %w; apt-get install %s", p, tool, err, pkg)
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.Command(bin, "-dc")
+	cmd.Stdin = bytes.NewReader(raw)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("decompress %s with %s: %w: %s", p, tool, err, strings.TrimSpace(stderr.String()))
+	}
+	return out.Bytes(), nil
+}

@@ -1,0 +1,256 @@
+package libvirtcloud
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"libvirt.org/go/libvirt"
+)
+
+// openFixture opens the test-driver fixture with several domains: running,
+// shut off, crashed, without interfaces, with an instance-type override.
+func openFixture(t *testing.T, opts Options) *Hypervisor {
+	t.Helper()
+	path, err := filepath.Abs("testdata/hosts.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.URI == "" {
+		opts.URI = "test://" + path
+	}
+	if opts.Zone == "" {
+		opts.Zone = "zone-a"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := h.WaitSynced(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestCacheHoldsEveryDomain(t *testing.T) {
+	h := openFixture(t, Options{})
+	want := map[string]struct {
+		state  State
+		vcpus  int
+		memKiB uint64
+		macs   int
+		itype  string
+	}{
+		"node-a":       {StateRunning, 1, 1 << 20, 1, ""},
+		"node-b":       {StateRunning, 2, 4 << 20, 1, ""},
+		"node-off":     {StateShutOff, 1, 512 << 10, 1, ""},
+		"node-crashed": {StateCrashed, 1, 512 << 10, 1, ""},
+		"node-noif":    {StateRunning, 4, 8 << 20, 0, ""},
+		"node-typed":   {StateRunning, 8, 16 << 20, 1, "gpu-large"},
+	}
+	got := h.Domains()
+	if len(got) != len(want) {
+		t.Fatalf("cached %d domains, want %d", len(got), len(want))
+	}
+	for _, d := range got {
+		w, ok := want[d.Name]
+		if !ok {
+			t.Errorf("unexpected domain %q", d.Name)
+			continue
+		}
+		if d.State != w.state || d.VCPUs != w.vcpus || d.MemoryKiB != w.memKiB || len(d.Interfaces) != w.macs || d.InstanceType != w.itype {
+			t.Errorf("%s = %+v, want %+v", d.Name, d, w)
+		}
+		if d.Hypervisor != "zone-a" || d.Type != "test" {
+			t.Errorf("%s: hypervisor %q type %q", d.Name, d.Hypervisor, d.Type)
+		}
+		for _, i := range d.Interfaces {
+			if i.Network != "labnet" {
+				t.Errorf("%s: interface %+v not on labnet", d.Name, i)
+			}
+		}
+	}
+}
+
+func TestLookups(t *testing.T) {
+	h := openFixture(t, Options{})
+	d, err := h.DomainByUUID("22222222-2222-2222-2222-222222222222")
+	if err != nil || d.Name != "node-b" {
+		t.Fatalf("by uuid: %+v, %v", d, err)
+	}
+	d, err = h.DomainByUUID(strings.ToUpper("22222222-2222-2222-2222-222222222222"))
+	if err != nil || d.Name != "node-b" {
+		t.Fatalf("by upper-case uuid: %+v, %v", d, err)
+	}
+	d, err = h.DomainByName("node-off")
+	if err != nil || d.State != StateShutOff {
+		t.Fatalf("by name: %+v, %v", d, err)
+	}
+	_, err = h.DomainByUUID("99999999-9999-9999-9999-999999999999")
+	if !errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("missing uuid: err = %v, want ErrNotFound", err)
+	}
+	_, err = h.DomainByName("no-such-node")
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing name: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestSteadyStateLookupsCostNoLibvirtCalls(t *testing.T) {
+	h := openFixture(t, Options{ReadWrite: true, Sources: []AddressSource{SourceDHCPLeases, SourceGuestAgent}})
+	ctx := context.Background()
+	round := func() {
+		for _, name := range []string{"node-a", "node-b", "node-typed"} {
+			d, err := h.DomainByName(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.DomainByUUID(d.UUID); err != nil {
+				t.Fatal(err)
+			}
+			addrs, err := h.Addresses(ctx, d)
+			if err != nil || len(addrs) == 0 {
+				t.Fatalf("addresses of %s: %v, %v", name, addrs, err)
+			}
+		}
+	}
+	round() // warms the agent cache
+	before := h.Calls()
+	round()
+	if n := h.Calls() - before; n != 0 {
+		t.Fatalf("steady-state lookups made %d libvirt calls, want 0", n)
+	}
+}
+
+func TestAddressSources(t *testing.T) {
+	ctx := context.Background()
+	neigh := func() (map[string][]netip.Addr, error) {
+		return map[string][]netip.Addr{"52:54:00:00:00:0b": {netip.MustParseAddr("10.77.0.42")}}, nil
+	}
+	t.Run("agent", func(t *testing.T) {
+		h := openFixture(t, Options{ReadWrite: true, Sources: []AddressSource{SourceDHCPLeases, SourceGuestAgent}})
+		d, _ := h.DomainByName("node-a")
+		addrs, err := h.Addresses(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The test driver's agent answers with an address from labnet's DHCP range.
+		if len(addrs) != 1 || !netip.MustParsePrefix("10.77.0.0/24").Contains(addrs[0]) {
+			t.Fatalf("addresses = %v, want one in 10.77.0.0/24", addrs)
+		}
+		if found, ok := h.DomainByAddress(addrs[0]); !ok || found.Name != "node-a" {
+			t.Fatalf("DomainByAddress(%v) = %v, %v", addrs[0], found.Name, ok)
+		}
+	})
+	t.Run("agent on a shut-off domain is no address, not an error", func(t *testing.T) {
+		h := openFixture(t, Options{ReadWrite: true, Sources: []AddressSource{SourceGuestAgent}})
+		d, _ := h.DomainByName("node-off")
+		addrs, err := h.Addresses(ctx, d)
+		if err != nil || len(addrs) != 0 {
+			t.Fatalf("addresses = %v, %v; want none, nil", addrs, err)
+		}
+	})
+	t.Run("arp table after leases", func(t *testing.T) {
+		h := openFixture(t, Options{Sources: []AddressSource{SourceDHCPLeases, SourceARP}, Neighbours: neigh})
+		d, _ := h.DomainByName("node-b")
+		addrs, err := h.Addresses(ctx, d)
+		if err != nil || !slices.Equal(addrs, []netip.Addr{netip.MustParseAddr("10.77.0.42")}) {
+			t.Fatalf("addresses = %v, %v", addrs, err)
+		}
+		d, _ = h.DomainByName("node-noif")
+		if addrs, err := h.Addresses(ctx, d); err != nil || len(addrs) != 0 {
+			t.Fatalf("domain without interfaces: %v, %v", addrs, err)
+		}
+	})
+	t.Run("read-only connection has no agent", func(t *testing.T) {
+		h := openFixture(t, Options{Sources: []AddressSource{SourceGuestAgent}})
+		d, _ := h.DomainByName("node-a")
+		addrs, err := h.Addresses(ctx, d)
+		if err != nil || len(addrs) != 0 {
+			t.Fatalf("addresses = %v, %v; want none, nil", addrs, err)
+		}
+	})
+}
+
+func TestUnreachableHypervisorIsAnErrorNotNotFound(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := Open(ctx, Options{URI: "qemu+unix:///system?socket=" + filepath.Join(t.TempDir(), "no-libvirtd"), Zone: "down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lookup := range []func() error{
+		func() error { _, err := h.DomainByUUID("11111111-1111-1111-1111-111111111111"); return err },
+		func() error { _, err := h.DomainByName("node-a"); return err },
+	} {
+		err := lookup()
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
+			t.Fatalf("err = %v, want ErrUnavailable and not ErrNotFound", err)
+		}
+	}
+}
+
+// The test driver's default instance is shared by every connection in the
+// process, so a read-write connection here drives the events that the
+// read-only Hypervisor must see.
+func TestLifecycleEventsUpdateCacheAndSubscribers(t *testing.T) {
+	h := openFixture(t, Options{URI: "test:///default"})
+	events, stop := h.Subscribe()
+	defer stop()
+	admin, err := libvirt.NewConnect("test:///default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	dom, err := admin.LookupDomainByName("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dom.Free()
+	uuid, _ := dom.GetUUIDString()
+
+	wait := func(what string, match func(Event) bool) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case e := <-events:
+				if e.Domain.UUID == uuid && match(e) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %s event within 10s", what)
+			}
+		}
+	}
+	if err := dom.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	wait("stopped", func(e Event) bool { return !e.Removed && e.Domain.State == StateShutOff })
+	if d, err := h.DomainByUUID(uuid); err != nil || d.State != StateShutOff {
+		t.Fatalf("after stop: %+v, %v", d, err)
+	}
+	if err := dom.Create(); err != nil {
+		t.Fatal(err)
+	}
+	wait("started", func(e Event) bool { return e.Domain.State == StateRunning })
+	if err := dom.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dom.Undefine(); err != nil {
+		t.Fatal(err)
+	}
+	wait("removed", func(e Event) bool { return e.Removed })
+	if _, err := h.DomainByUUID(uuid); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after undefine: err = %v, want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,198 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the one typed document read from --cloud-config. Defaults are
+// filled in first, the file is unmarshalled over them (unknown fields are an
+// error), and Validate names the field and value of anything wrong.
+type Config struct {
+	// Region is applied as topology.kubernetes.io/region to every Node.
+	Region string `json:"region"`
+	// Hypervisors are the libvirt connections; each one is a zone.
+	Hypervisors []HypervisorConfig `json:"hypervisors"`
+	// Networks are the libvirt networks whose DHCP leases give node
+	// addresses. Empty means every active network of each hypervisor.
+	Networks []string `json:"networks"`
+	// AddressSources is the order in which node addresses are looked for:
+	// "dhcp-leases", "guest-agent", "arp". The guest agent needs a
+	// read-write libvirt connection, so it is off unless listed.
+	AddressSources []string `json:"addressSources"`
+	// InstanceTypes says how a domain's instance type is derived.
+	InstanceTypes InstanceTypesConfig `json:"instanceTypes"`
+	// ResyncPeriod is how often the domain cache is rebuilt from scratch
+	// in addition to lifecycle events.
+	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
+}
+
+// HypervisorConfig is one libvirt connection.
+type HypervisorConfig struct {
+	// URI is the libvirt connection URI, e.g. qemu:///system.
+	URI string `json:"uri"`
+	// Zone defaults to the URI's host, or "local" for a local URI.
+	Zone string `json:"zone"`
+}
+
+// InstanceTypesConfig: a domain gets the first listed size that holds its
+// vCPUs and memory; with no size that fits (or none listed) the type is
+// derived as "<vcpus>cpu-<memory>" (e.g. "2cpu-4gib"). A domain's metadata
+// element <labcloud:instance-type> overrides both.
+type InstanceTypesConfig struct {
+	Sizes []InstanceSize `json:"sizes"`
+}
+
+// InstanceSize is a named instance type.
+type InstanceSize struct {
+	Name      string `json:"name"`
+	VCPUs     int    `json:"vcpus"`
+	MemoryMiB int    `json:"memoryMiB"`
+}
+
+// Address sources, in the default order.
+const (
+	SourceDHCPLeases = "dhcp-leases"
+	SourceGuestAgent = "guest-agent"
+	SourceARP        = "arp"
+)
+
+// DefaultConfig is what a missing or empty --cloud-config means.
+func DefaultConfig() Config {
+	return Config{
+		Region:         "labcloud",
+		Hypervisors:    []HypervisorConfig{{URI: "qemu:///system"}},
+		AddressSources: []string{SourceDHCPLeases, SourceARP},
+		ResyncPeriod:   metav1.Duration{Duration: 5 * time.Minute},
+	}
+}
+
+// LoadConfigFile reads, defaults and validates the file at path. An empty
+// path gives the defaults.
+func LoadConfigFile(path string) (Config, error) {
+	if path == "" {
+		cfg := DefaultConfig()
+		return cfg, cfg.complete()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("cloud config: %w", err)
+	}
+	defer f.Close()
+	cfg, err := LoadConfig(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("cloud config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// LoadConfig parses one YAML document over the defaults and validates it.
+func LoadConfig(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := DefaultConfig()
+	if len(strings.TrimSpace(string(data))) > 0 {
+		// A list in the file replaces the default list rather than merging.
+		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+			return Config{}, err
+		}
+	}
+	return cfg, cfg.complete()
+}
+
+var (
+	labelValue = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$`)
+	uriScheme  = regexp.MustCompile(`^[a-z][a-z0-9+]*://`)
+)
+
+// complete fills derived defaults and validates.
+func (c *Config) complete() error {
+	var errs []error
+	bad := func(field string, value any, why string) {
+		errs = append(errs, fmt.Errorf("%s: %q %s", field, fmt.Sprint(value), why))
+	}
+	if !labelValue.MatchString(c.Region) {
+		bad("region", c.Region, "must be a valid label value (letters, digits, '-', '_', '.'; at most 63)")
+	}
+	if len(c.Hypervisors) == 0 {
+		errs = append(errs, errors.New("hypervisors: at least one libvirt URI is required"))
+	}
+	zones := map[string]int{}
+	for i := range c.Hypervisors {
+		h := &c.Hypervisors[i]
+		field := fmt.Sprintf("hypervisors[%d]", i)
+		u, err := url.Parse(h.URI)
+		if h.URI == "" || err != nil || !uriScheme.MatchString(h.URI) {
+			bad(field+".uri", h.URI, "is not a libvirt URI (e.g. qemu:///system)")
+			continue
+		}
+		if h.Zone == "" {
+			h.Zone = "local"
+			if u.Hostname() != "" {
+				h.Zone = u.Hostname()
+			}
+		}
+		if !labelValue.MatchString(h.Zone) {
+			bad(field+".zone", h.Zone, "must be a valid label value")
+		}
+		if j, dup := zones[h.Zone]; dup {
+			bad(field+".zone", h.Zone, fmt.Sprintf("is also the zone of hypervisors[%d]; give each hypervisor its own zone", j))
+		}
+		zones[h.Zone] = i
+	}
+	for i, n := range c.Networks {
+		if n == "" {
+			bad(fmt.Sprintf("networks[%d]", i), n, "is empty")
+		}
+	}
+	seen := map[string]bool{}
+	for i, s := range c.AddressSources {
+		switch s {
+		case SourceDHCPLeases, SourceGuestAgent, SourceARP:
+		default:
+			bad(fmt.Sprintf("addressSources[%d]", i), s, "is not one of dhcp-leases, guest-agent, arp")
+		}
+		if seen[s] {
+			bad(fmt.Sprintf("addressSources[%d]", i), s, "is listed twice")
+		}
+		seen[s] = true
+	}
+	for i, s := range c.InstanceTypes.Sizes {
+		field := fmt.Sprintf("instanceTypes.sizes[%d]", i)
+		if !labelValue.MatchString(s.Name) {
+			bad(field+".name", s.Name, "must be a valid label value")
+		}
+		if s.VCPUs <= 0 {
+			bad(field+".vcpus", s.VCPUs, "must be positive")
+		}
+		if s.MemoryMiB <= 0 {
+			bad(field+".memoryMiB", s.MemoryMiB, "must be positive")
+		}
+	}
+	if c.ResyncPeriod.Duration < time.Second {
+		bad("resyncPeriod", c.ResyncPeriod.Duration, "must be at least 1s")
+	}
+	return errors.Join(errs...)
+}
+
+// UsesGuestAgent reports whether the guest agent is an address source; it
+// needs a read-write libvirt connection.
+func (c *Config) UsesGuestAgent() bool {
+	for _, s := range c.AddressSources {
+		if s == SourceGuestAgent {
+			return true
+		}
+	}
+	return false
+}

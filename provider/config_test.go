@@ -1,0 +1,72 @@
+package provider
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string // substring; "" means valid
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "empty gives defaults", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Region != "labcloud" || len(c.Hypervisors) != 1 || c.Hypervisors[0].URI != "qemu:///system" || c.Hypervisors[0].Zone != "local" {
+				t.Errorf("defaults: %+v", c)
+			}
+			if c.ResyncPeriod.Duration != 5*time.Minute || c.UsesGuestAgent() {
+				t.Errorf("defaults: %+v", c)
+			}
+		}},
+		{name: "zone from remote host", yaml: "hypervisors: [{uri: 'qemu+ssh://kvm1.lan/system'}, {uri: 'qemu:///system', zone: rack-2}]", check: func(t *testing.T, c Config) {
+			if c.Hypervisors[0].Zone != "kvm1.lan" || c.Hypervisors[1].Zone != "rack-2" {
+				t.Errorf("zones: %+v", c.Hypervisors)
+			}
+		}},
+		{name: "guest agent source", yaml: "addressSources: [guest-agent, dhcp-leases]", check: func(t *testing.T, c Config) {
+			if !c.UsesGuestAgent() {
+				t.Error("guest agent not detected")
+			}
+		}},
+		{name: "region wrong type", yaml: "region: [this, is, not, a, string]", wantErr: "Config.region"},
+		{name: "region not a label value", yaml: "region: 'eu west'", wantErr: `region: "eu west"`},
+		{name: "unknown field", yaml: "regoin: x", wantErr: `unknown field "regoin"`},
+		{name: "empty hypervisor list", yaml: "hypervisors: []", wantErr: "hypervisors: at least one"},
+		{name: "bad uri", yaml: "hypervisors: [{uri: 'not a uri'}]", wantErr: `hypervisors[0].uri: "not a uri"`},
+		{name: "duplicate zone", yaml: "hypervisors: [{uri: 'qemu:///system'}, {uri: 'test:///default'}]", wantErr: `hypervisors[1].zone: "local"`},
+		{name: "bad address source", yaml: "addressSources: [dhcp]", wantErr: `addressSources[0]: "dhcp"`},
+		{name: "repeated address source", yaml: "addressSources: [arp, arp]", wantErr: `addressSources[1]: "arp" is listed twice`},
+		{name: "bad size", yaml: "instanceTypes: {sizes: [{name: small, vcpus: 0, memoryMiB: 512}]}", wantErr: "instanceTypes.sizes[0].vcpus"},
+		{name: "short resync", yaml: "resyncPeriod: 10ms", wantErr: "resyncPeriod"},
+		{name: "bad duration", yaml: "resyncPeriod: soon", wantErr: "soon"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := LoadConfig(strings.NewReader(tt.yaml))
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				tt.check(t, c)
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestLoadConfigFileNamesThePath(t *testing.T) {
+	_, err := LoadConfigFile("/does/not/exist.yaml")
+	if err == nil || !strings.Contains(err.Error(), "/does/not/exist.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+	c, err := LoadConfigFile("")
+	if err != nil || c.Region != "labcloud" {
+		t.Fatalf("no file: %+v, %v", c, err)
+	}
+}

@@ -1,0 +1,212 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	cloudprovider "k8s.io/cloud-provider"
+
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+const providerIDPrefix = ProviderName + "://"
+
+// Labels the provider adds to every Node it initializes.
+const (
+	LabelHypervisor = "libvirt.labcloud.io/hypervisor"
+	LabelDomainType = "libvirt.labcloud.io/domain-type"
+)
+
+// ProviderID is the providerID of a domain.
+func ProviderID(uuid string) string { return providerIDPrefix + strings.ToLower(uuid) }
+
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$`)
+
+// domainUUID extracts the domain UUID from a libvirt providerID.
+func domainUUID(providerID string) (string, error) {
+	rest, ok := strings.CutPrefix(providerID, providerIDPrefix)
+	if !ok {
+		return "", fmt.Errorf("providerID %q does not belong to the %s provider (want %s<domain-uuid>)", providerID, ProviderName, providerIDPrefix)
+	}
+	rest = strings.Trim(rest, "/")
+	if !uuidPattern.MatchString(rest) {
+		return "", fmt.Errorf("providerID %q: %q is not a domain UUID", providerID, rest)
+	}
+	return strings.ToLower(rest), nil
+}
+
+type instances struct {
+	cfg         *Config
+	hypervisors []Hypervisor
+}
+
+var _ cloudprovider.InstancesV2 = (*instances)(nil)
+
+// InstanceExists is false only when every hypervisor says the domain does
+// not exist; if one cannot be asked, the answer is an error, so that the
+// Node is not deleted while a hypervisor is down.
+func (in *instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
+	_, _, err := in.find(ctx, node)
+	if errors.Is(err, libvirtcloud.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// InstanceShutdown is true for a shut-off or crashed domain, which still exists.
+func (in *instances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
+	d, _, err := in.find(ctx, node)
+	if errors.Is(err, libvirtcloud.ErrNotFound) {
+		return false, nil // not shut down: gone, which InstanceExists reports
+	}
+	if err != nil {
+		return false, err
+	}
+	return d.State.Down(), nil
+}
+
+// InstanceMetadata describes the Node's domain.
+func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
+	d, hv, err := in.find(ctx, node)
+	if err != nil {
+		if errors.Is(err, libvirtcloud.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %w", cloudprovider.InstanceNotFound, err)
+		}
+		return nil, err
+	}
+	ips, err := hv.Addresses(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of domain %s for node %s: %w", d.Name, node.Name, err)
+	}
+	addrs := make([]v1.NodeAddress, 0, len(ips)+1)
+	for _, ip := range ips {
+		addrs = append(addrs, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
+	}
+	addrs = append(addrs, v1.NodeAddress{Type: v1.NodeHostName, Address: hostname(node, d)})
+	labels := map[string]string{LabelHypervisor: d.Hypervisor}
+	if d.Type != "" {
+		labels[LabelDomainType] = d.Type
+	}
+	return &cloudprovider.InstanceMetadata{
+		ProviderID:       ProviderID(d.UUID),
+		InstanceType:     instanceType(in.cfg.InstanceTypes, d),
+		NodeAddresses:    addrs,
+		Zone:             d.Hypervisor,
+		Region:           in.cfg.Region,
+		AdditionalLabels: labels,
+	}, nil
+}
+
+// hostname keeps the kubelet's hostname when it reported one.
+func hostname(node *v1.Node, d libvirtcloud.Domain) string {
+	for _, a := range node.Status.Addresses {
+		if a.Type == v1.NodeHostName && a.Address != "" {
+			return a.Address
+		}
+	}
+	return d.Name
+}
+
+// find maps a Node to its domain: by providerID; else by the Node's system
+// UUID (a libvirt guest's SMBIOS UUID is its domain UUID); else by domain
+// name; else by one of the Node's addresses. The error wraps
+// libvirtcloud.ErrNotFound only when every hypervisor answered.
+func (in *instances) find(_ context.Context, node *v1.Node) (libvirtcloud.Domain, Hypervisor, error) {
+	if node.Spec.ProviderID != "" {
+		uuid, err := domainUUID(node.Spec.ProviderID)
+		if err != nil {
+			return libvirtcloud.Domain{}, nil, fmt.Errorf("node %s: %w", node.Name, err)
+		}
+		return in.each(node, func(h Hypervisor) (libvirtcloud.Domain, error) { return h.DomainByUUID(uuid) })
+	}
+	var unavailable error
+	try := func(lookup func(Hypervisor) (libvirtcloud.Domain, error)) (libvirtcloud.Domain, Hypervisor, bool) {
+		d, h, err := in.each(node, lookup)
+		if err != nil && !errors.Is(err, libvirtcloud.ErrNotFound) {
+			unavailable = err
+		}
+		return d, h, err == nil
+	}
+	if su := strings.ToLower(node.Status.NodeInfo.SystemUUID); uuidPattern.MatchString(su) {
+		if d, h, ok := try(func(h Hypervisor) (libvirtcloud.Domain, error) { return h.DomainByUUID(su) }); ok {
+			return d, h, nil
+		}
+	}
+	if d, h, ok := try(func(h Hypervisor) (libvirtcloud.Domain, error) { return h.DomainByName(node.Name) }); ok {
+		return d, h, nil
+	}
+	for _, a := range node.Status.Addresses {
+		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		for _, h := range in.hypervisors {
+			if d, ok := h.DomainByAddress(ip); ok {
+				return d, h, nil
+			}
+		}
+	}
+	if unavailable != nil {
+		return libvirtcloud.Domain{}, nil, unavailable
+	}
+	return libvirtcloud.Domain{}, nil, fmt.Errorf("node %s: no domain by system UUID, name or address: %w", node.Name, libvirtcloud.ErrNotFound)
+}
+
+// each asks every hypervisor; the first that has the domain wins. Not found
+// is the answer only if every hypervisor gave it.
+func (in *instances) each(node *v1.Node, lookup func(Hypervisor) (libvirtcloud.Domain, error)) (libvirtcloud.Domain, Hypervisor, error) {
+	var errs []error
+	notFound := 0
+	for _, h := range in.hypervisors {
+		d, err := lookup(h)
+		if err == nil {
+			return d, h, nil
+		}
+		if errors.Is(err, libvirtcloud.ErrNotFound) {
+			notFound++
+		}
+		errs = append(errs, err)
+	}
+	err := fmt.Errorf("node %s: %w", node.Name, errors.Join(errs...))
+	if notFound == len(in.hypervisors) {
+		return libvirtcloud.Domain{}, nil, err
+	}
+	// Strip "not found" so callers never read a partial answer as final.
+	return libvirtcloud.Domain{}, nil, fmt.Errorf("node %s: %w", node.Name, errors.Join(unreachable(errs)...))
+}
+
+func unreachable(errs []error) []error {
+	var out []error
+	for _, e := range errs {
+		if !errors.Is(e, libvirtcloud.ErrNotFound) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// instanceType is the metadata override, else the first configured size that
+// holds the domain, else "<vcpus>cpu-<memory>".
+func instanceType(cfg InstanceTypesConfig, d libvirtcloud.Domain) string {
+	if labelValue.MatchString(d.InstanceType) {
+		return d.InstanceType // the domain's metadata override
+	}
+	memMiB := int(d.MemoryKiB / 1024)
+	for _, s := range cfg.Sizes {
+		if s.VCPUs >= d.VCPUs && s.MemoryMiB >= memMiB {
+			return s.Name
+		}
+	}
+	if memMiB > 0 && memMiB%1024 == 0 {
+		return fmt.Sprintf("%dcpu-%dgib", d.VCPUs, memMiB/1024)
+	}
+	return fmt.Sprintf("%dcpu-%dmib", d.VCPUs, memMiB)
+}
