@@ -1,0 +1,302 @@
+// Package controlplane runs a real Kubernetes control plane from local
+// binaries: etcd, kube-apiserver and kube-controller-manager, with static
+// tokens, generated certificates and a service-account key. The lab and the
+// end-to-end tests share it.
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+)
+
+// Options describe the control plane to start.
+type Options struct {
+	// Tools is the directory holding etcd, kube-apiserver and kube-controller-manager.
+	Tools string
+	// Dir holds state, certificates, kubeconfigs and logs.
+	Dir string
+	// Address the API server listens on and advertises (default 127.0.0.1).
+	Address string
+	// Port of the API server (default: a free port).
+	Port int
+	// ClusterCIDR enables pod CIDR allocation in kube-controller-manager.
+	ClusterCIDR string
+	// NodeCIDRMaskSize is the pod CIDR size per node (default 24).
+	NodeCIDRMaskSize int
+	// ServiceCIDR is the cluster IP range (default 10.96.0.0/16).
+	ServiceCIDR string
+	// Tokens are extra static bearer tokens (e.g. for lab nodes).
+	Tokens []Token
+	// ControllerManagerArgs are added to kube-controller-manager's flags.
+	ControllerManagerArgs []string
+}
+
+// Token is a static bearer token for a user.
+type Token struct {
+	Token  string
+	User   string
+	Groups []string
+}
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	opts      Options
+	URL       string
+	CAData    []byte // PEM that verifies the API server
+	AdminKube string // kubeconfig path of a cluster-admin
+	procs     []*Process
+}
+
+// NewToken returns a random bearer token.
+func NewToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Start starts etcd, kube-apiserver and (when ClusterCIDR or
+// ControllerManagerArgs are set, or always when kcm is present)
+// kube-controller-manager, and waits until the API server is ready.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	if opts.Address == "" {
+		opts.Address = "127.0.0.1"
+	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = "10.96.0.0/16"
+	}
+	if opts.NodeCIDRMaskSize == 0 {
+		opts.NodeCIDRMaskSize = 24
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(opts.Tools, b)); err != nil {
+			return nil, fmt.Errorf("control plane binary %s missing in %q (run make tools): %w", b, opts.Tools, err)
+		}
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{opts: opts}
+	ok := false
+	defer func() {
+		if !ok {
+			cp.Stop()
+		}
+	}()
+
+	etcdURL, err := cp.startEtcd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.startAPIServer(ctx, etcdURL); err != nil {
+		return nil, err
+	}
+	if err := cp.startControllerManager(ctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	return cp, nil
+}
+
+func (cp *ControlPlane) path(name string) string { return filepath.Join(cp.opts.Dir, name) }
+
+func (cp *ControlPlane) startEtcd(ctx context.Context) (string, error) {
+	client, peer := freePort(), freePort()
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", client)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
+	p, err := StartProcess(ctx, cp.path("etcd.log"), filepath.Join(cp.opts.Tools, "etcd"),
+		"--data-dir", cp.path("etcd"),
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "default="+peerURL,
+		"--unsafe-no-fsync", // throwaway clusters: speed over durability
+		"--log-level", "warn")
+	if err != nil {
+		return "", err
+	}
+	cp.procs = append(cp.procs, p)
+	return clientURL, waitHTTP(ctx, p, clientURL+"/health", nil, 30*time.Second)
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) error {
+	port := cp.opts.Port
+	if port == 0 {
+		port = freePort()
+	}
+	ip := net.ParseIP(cp.opts.Address)
+	if ip == nil {
+		return fmt.Errorf("control plane address %q is not an IP", cp.opts.Address)
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("labcloud-apiserver",
+		[]net.IP{ip, net.ParseIP("127.0.0.1"), firstIP(cp.opts.ServiceCIDR)},
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"})
+	if err != nil {
+		return fmt.Errorf("generate API server certificate: %w", err)
+	}
+	cp.CAData = certPEM
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	saPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)})
+	admin := NewToken()
+	tokens := []string{fmt.Sprintf("%s,labcloud-admin,labcloud-admin,system:masters", admin)}
+	for _, t := range cp.opts.Tokens {
+		tokens = append(tokens, fmt.Sprintf("%s,%s,%s,%q", t.Token, t.User, t.User, strings.Join(t.Groups, ",")))
+	}
+	files := map[string][]byte{
+		"apiserver.crt": certPEM, "apiserver.key": keyPEM, "sa.key": saPEM,
+		"tokens.csv": []byte(strings.Join(tokens, "\n") + "\n"),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(cp.path(name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	cp.URL = fmt.Sprintf("https://%s", net.JoinHostPort(cp.opts.Address, strconv.Itoa(port)))
+	cp.AdminKube = cp.path("admin.kubeconfig")
+	if err := cp.WriteKubeconfig(cp.AdminKube, "labcloud-admin", admin); err != nil {
+		return err
+	}
+	p, err := StartProcess(ctx, cp.path("kube-apiserver.log"), filepath.Join(cp.opts.Tools, "kube-apiserver"),
+		"--etcd-servers", etcdURL,
+		"--bind-address", cp.opts.Address, "--advertise-address", cp.opts.Address,
+		"--secure-port", strconv.Itoa(port),
+		"--tls-cert-file", cp.path("apiserver.crt"), "--tls-private-key-file", cp.path("apiserver.key"),
+		"--token-auth-file", cp.path("tokens.csv"),
+		"--authorization-mode", "Node,RBAC",
+		"--enable-admission-plugins", "NodeRestriction",
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", cp.path("sa.key"),
+		"--service-account-signing-key-file", cp.path("sa.key"),
+		"--service-cluster-ip-range", cp.opts.ServiceCIDR,
+		"--allow-privileged",
+		"--cert-dir", cp.path("certs"))
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	return waitHTTP(ctx, p, cp.URL+"/readyz", &tls.Config{InsecureSkipVerify: true}, 60*time.Second) //nolint:gosec // readiness only, no credentials sent
+}
+
+func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
+	args := []string{
+		"--kubeconfig", cp.AdminKube,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+		"--service-cluster-ip-range", cp.opts.ServiceCIDR,
+		"--controllers", "*",
+	}
+	if cp.opts.ClusterCIDR != "" {
+		args = append(args, "--allocate-node-cidrs", "--cluster-cidr", cp.opts.ClusterCIDR,
+			"--node-cidr-mask-size", strconv.Itoa(cp.opts.NodeCIDRMaskSize))
+	}
+	args = append(args, cp.opts.ControllerManagerArgs...)
+	p, err := StartProcess(ctx, cp.path("kube-controller-manager.log"), filepath.Join(cp.opts.Tools, "kube-controller-manager"), args...)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig for a bearer token.
+func (cp *ControlPlane) WriteKubeconfig(path, user, token string) error {
+	return WriteKubeconfig(path, cp.URL, cp.CAData, user, token)
+}
+
+// Stop stops every process, last started first.
+func (cp *ControlPlane) Stop() {
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		cp.procs[i].Stop()
+	}
+	cp.procs = nil
+}
+
+// Processes returns the running processes (for memory figures).
+func (cp *ControlPlane) Processes() []*Process { return cp.procs }
+
+func waitHTTP(ctx context.Context, p *Process, url string, tlsConfig *tls.Config, timeout time.Duration) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if p.Exited() {
+			return fmt.Errorf("%s exited before %s was ready; last log lines:\n%s", p.Name, url, p.Tail(15))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s; last log lines:\n%s", url, timeout, p.Tail(15))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// freePort asks the kernel for a free loopback TCP port.
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("no free port: %v", err))
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func firstIP(cidr string) net.IP {
+	_, n, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return nil
+	}
+	ip := n.IP.To4()
+	if ip == nil {
+		return nil
+	}
+	out := make(net.IP, 4)
+	copy(out, ip)
+	out[3]++
+	return out
+}
+
+var errNoTools = errors.New("control plane tools not found")
+
+// FindTools returns the tools directory: $LABCLOUD_TOOLS, else the newest
+// directory in /var/cache/labcloud that holds kube-apiserver.
+func FindTools() (string, error) {
+	if d := os.Getenv("LABCLOUD_TOOLS"); d != "" {
+		return d, nil
+	}
+	cache := os.Getenv("LABCLOUD_CACHE")
+	if cache == "" {
+		cache = "/var/cache/labcloud"
+	}
+	matches, _ := filepath.Glob(filepath.Join(cache, "k8s-*", "kube-apiserver"))
+	if len(matches) == 0 {
+		return "", fmt.Errorf("%w in %s: run make tools (or hack/build-tools.sh) or set LABCLOUD_TOOLS", errNoTools, cache)
+	}
+	return filepath.Dir(matches[len(matches)-1]), nil
+}

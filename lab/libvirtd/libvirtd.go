@@ -1,0 +1,172 @@
+// Package libvirtd runs libvirtd and virtlogd as child processes, in the
+// caller's network namespace (bridges, dnsmasq and tap devices are created
+// there). There is one libvirtd per host: its sockets have fixed paths.
+package libvirtd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/lab/controlplane"
+)
+
+// Socket is libvirtd's read-write socket.
+const Socket = "/run/libvirt/libvirt-sock"
+
+// Daemon is a running libvirtd with its virtlogd.
+type Daemon struct {
+	logDir   string
+	libvirtd *controlplane.Process
+	virtlogd *controlplane.Process
+}
+
+// ErrAlreadyRunning means another libvirtd owns the host's sockets.
+var ErrAlreadyRunning = errors.New("a libvirtd is already running on this host")
+
+// Prepare makes the host able to run libvirtd without systemd: directories,
+// the users and groups the QEMU driver expects, and QEMU running as root
+// (lab guests boot from files root owns).
+func Prepare() error {
+	for _, d := range []string{"/var/log/libvirt/qemu", "/run/libvirt", "/var/lib/libvirt/qemu", "/var/lib/libvirt/dnsmasq"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if _, err := user.LookupGroup("kvm"); err != nil {
+		if out, err := exec.Command("groupadd", "-r", "kvm").CombinedOutput(); err != nil {
+			return fmt.Errorf("groupadd kvm: %v: %s", err, out)
+		}
+	}
+	if _, err := user.LookupGroup("libvirt-qemu"); err != nil {
+		if out, err := exec.Command("groupadd", "-r", "libvirt-qemu").CombinedOutput(); err != nil {
+			return fmt.Errorf("groupadd libvirt-qemu: %v: %s", err, out)
+		}
+	}
+	if _, err := user.Lookup("libvirt-qemu"); err != nil {
+		if out, err := exec.Command("useradd", "-r", "-g", "libvirt-qemu", "-G", "kvm", "-s", "/usr/sbin/nologin", "-d", "/var/lib/libvirt", "libvirt-qemu").CombinedOutput(); err != nil {
+			return fmt.Errorf("useradd libvirt-qemu: %v: %s", err, out)
+		}
+	}
+	return setQEMUUser("/etc/libvirt/qemu.conf")
+}
+
+var (
+	userLine  = regexp.MustCompile(`(?m)^\s*#?\s*user\s*=.*$`)
+	groupLine = regexp.MustCompile(`(?m)^\s*#?\s*group\s*=.*$`)
+)
+
+func setQEMUUser(path string) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		data, err = nil, os.MkdirAll(filepath.Dir(path), 0o755) // Debian ships no qemu.conf without libvirt-daemon-system
+	}
+	if err != nil {
+		return fmt.Errorf("libvirt QEMU driver config: %w", err)
+	}
+	s := string(data)
+	if strings.Contains(s, "\nuser = \"root\"") && strings.Contains(s, "\ngroup = \"root\"") {
+		return nil
+	}
+	s = userLine.ReplaceAllString(s, "")
+	s = groupLine.ReplaceAllString(s, "")
+	s += "\nuser = \"root\"\ngroup = \"root\"\n"
+	return os.WriteFile(path, []byte(s), 0o600)
+}
+
+// Running reports whether some libvirtd answers on the host socket.
+func Running() bool {
+	c, err := libvirt.NewConnect("qemu:///system?socket=" + Socket)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// Start starts virtlogd and libvirtd in the current network namespace and
+// waits until libvirtd answers. Logs go to logDir.
+func Start(ctx context.Context, logDir string) (*Daemon, error) {
+	if Running() {
+		return nil, fmt.Errorf("%w (socket %s answers); stop it first", ErrAlreadyRunning, Socket)
+	}
+	if err := Prepare(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{logDir: logDir}
+	return d, d.start(ctx)
+}
+
+func (d *Daemon) start(ctx context.Context) error {
+	for _, bin := range []string{"virtlogd", "libvirtd"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not installed (apt-get install libvirt-daemon libvirt-daemon-driver-qemu): %w", bin, err)
+		}
+	}
+	// Stale sockets and pid files from a daemon that was killed.
+	for _, f := range []string{"/run/libvirtd.pid", "/run/virtlogd.pid", Socket, "/run/libvirt/libvirt-sock-ro", "/run/libvirt/libvirt-admin-sock", "/run/libvirt/virtlogd-sock", "/run/libvirt/virtlogd-admin-sock"} {
+		_ = os.Remove(f)
+	}
+	var err error
+	if d.virtlogd, err = controlplane.StartProcess(ctx, filepath.Join(d.logDir, "virtlogd.log"), "virtlogd"); err != nil {
+		return err
+	}
+	if d.libvirtd, err = controlplane.StartProcess(ctx, filepath.Join(d.logDir, "libvirtd.log"), "libvirtd"); err != nil {
+		d.virtlogd.Stop()
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !Running() {
+		if d.libvirtd.Exited() || time.Now().After(deadline) {
+			tail := d.libvirtd.Tail(10)
+			d.Stop()
+			return fmt.Errorf("libvirtd did not start; last log lines:\n%s", tail)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// StopLibvirtd stops libvirtd only (guests keep running, as when the
+// daemon is restarted for an upgrade).
+func (d *Daemon) StopLibvirtd() {
+	if d.libvirtd != nil {
+		d.libvirtd.Stop()
+	}
+}
+
+// StartLibvirtd starts libvirtd again after StopLibvirtd.
+func (d *Daemon) StartLibvirtd(ctx context.Context) error {
+	var err error
+	_ = os.Remove(Socket)
+	if d.libvirtd, err = controlplane.StartProcess(ctx, filepath.Join(d.logDir, "libvirtd.log"), "libvirtd"); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !Running() {
+		if d.libvirtd.Exited() || time.Now().After(deadline) {
+			return fmt.Errorf("libvirtd did not restart; last log lines:\n%s", d.libvirtd.Tail(10))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// Stop stops libvirtd and virtlogd. Guests keep running: destroy them first.
+func (d *Daemon) Stop() {
+	if d.libvirtd != nil {
+		d.libvirtd.Stop()
+	}
+	if d.virtlogd != nil {
+		d.virtlogd.Stop()
+	}
+}

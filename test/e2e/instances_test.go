@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestNodeInitializedFromDomain(t *testing.T) {
+	requireEnv(t)
+	uuid, mac := defineDomain(t, "e2e-init", true)
+	ip := waitLease(t, mac)
+	startCCM(t, libvirtCloudConfig())
+	createNode(t, "e2e-init", v1.ConditionTrue)
+
+	n := waitNode(t, "e2e-init", "initialization", 30*time.Second, func(n *v1.Node) bool {
+		return n != nil && !hasTaint(n, uninitializedTaint)
+	})
+	if want := "libvirt://" + uuid; n.Spec.ProviderID != want {
+		t.Errorf("providerID = %q, want %q", n.Spec.ProviderID, want)
+	}
+	for label, want := range map[string]string{
+		"node.kubernetes.io/instance-type":       "1cpu-64mib",
+		"topology.kubernetes.io/zone":            "e2e-zone",
+		"topology.kubernetes.io/region":          "e2e",
+		"libvirt.labcloud.io/hypervisor":         "e2e-zone",
+		"libvirt.labcloud.io/domain-type":        "qemu",
+		"failure-domain.beta.kubernetes.io/zone": "e2e-zone",
+	} {
+		if got := n.Labels[label]; got != want {
+			t.Errorf("label %s = %q, want %q", label, got, want)
+		}
+	}
+	var internal, hostname string
+	for _, a := range n.Status.Addresses {
+		switch a.Type {
+		case v1.NodeInternalIP:
+			internal = a.Address
+		case v1.NodeHostName:
+			hostname = a.Address
+		}
+	}
+	if internal != ip || hostname != "e2e-init" {
+		t.Errorf("addresses = %v, want InternalIP %s (the DHCP lease) and Hostname e2e-init", n.Status.Addresses, ip)
+	}
+}
+
+func TestShutdownTaintFollowsDomainState(t *testing.T) {
+	requireEnv(t)
+	defineDomain(t, "e2e-stop", true)
+	startCCM(t, libvirtCloudConfig())
+	createNode(t, "e2e-stop", v1.ConditionTrue)
+	waitNode(t, "e2e-stop", "initialization", 30*time.Second, func(n *v1.Node) bool { return n != nil && !hasTaint(n, uninitializedTaint) })
+
+	d := domain(t, "e2e-stop")
+	if err := d.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	setReady(t, "e2e-stop", v1.ConditionFalse) // the kubelet stops reporting
+	waitNode(t, "e2e-stop", "shutdown taint", 30*time.Second, func(n *v1.Node) bool { return n != nil && hasTaint(n, shutdownTaint) })
+
+	if err := d.Create(); err != nil {
+		t.Fatal(err)
+	}
+	setReady(t, "e2e-stop", v1.ConditionTrue)
+	n := waitNode(t, "e2e-stop", "shutdown taint removal", 30*time.Second, func(n *v1.Node) bool { return n != nil && !hasTaint(n, shutdownTaint) })
+	if n.Spec.ProviderID == "" {
+		t.Error("node lost its providerID")
+	}
+}
+
+func TestUndefinedDomainDeletesNotReadyNode(t *testing.T) {
+	requireEnv(t)
+	defineDomain(t, "e2e-gone", true)
+	defineDomain(t, "e2e-stays", false) // shut off: exists, must stay
+	startCCM(t, libvirtCloudConfig())
+	createNode(t, "e2e-gone", v1.ConditionTrue)
+	createNode(t, "e2e-stays", v1.ConditionFalse)
+	waitNode(t, "e2e-gone", "initialization", 30*time.Second, func(n *v1.Node) bool { return n != nil && n.Spec.ProviderID != "" })
+	waitNode(t, "e2e-stays", "initialization", 30*time.Second, func(n *v1.Node) bool { return n != nil && n.Spec.ProviderID != "" })
+
+	removeDomain("e2e-gone")
+	setReady(t, "e2e-gone", v1.ConditionFalse)
+	waitNode(t, "e2e-gone", "deletion", 30*time.Second, func(n *v1.Node) bool { return n == nil })
+	if _, err := env.admin.CoreV1().Nodes().Get(context.Background(), "e2e-stays", metav1.GetOptions{}); err != nil {
+		t.Fatalf("node of a shut-off domain was deleted: %v", err)
+	}
+}
+
+func TestLibvirtdRestart(t *testing.T) {
+	requireEnv(t)
+	defineDomain(t, "e2e-a", true)
+	c := startCCM(t, libvirtCloudConfig())
+	createNode(t, "e2e-a", v1.ConditionTrue)
+	waitNode(t, "e2e-a", "initialization", 30*time.Second, func(n *v1.Node) bool { return n != nil && n.Spec.ProviderID != "" })
+	// NotReady: the lifecycle controller asks the cloud about it every second.
+	setReady(t, "e2e-a", v1.ConditionFalse)
+
+	env.daemon.StopLibvirtd()
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = env.daemon.StartLibvirtd(context.Background())
+		}
+	}()
+	// A Node deleted now would be the CCM reading "unreachable" as "gone".
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := env.admin.CoreV1().Nodes().Get(context.Background(), "e2e-a", metav1.GetOptions{}); err != nil {
+			t.Fatalf("node deleted while libvirtd was down: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if !strings.Contains(c.proc.Tail(200), "hypervisor unavailable") {
+		t.Fatalf("the CCM never reported the hypervisor unavailable; log tail:\n%s", c.proc.Tail(20))
+	}
+	if err := env.daemon.StartLibvirtd(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	var err error
+	if env.virt, err = reconnect(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Served again, without a CCM restart: a new domain initializes, and
+	// a lifecycle event (the old domain stopping) reaches the cache.
+	uuid, _ := defineDomain(t, "e2e-b", true)
+	createNode(t, "e2e-b", v1.ConditionTrue)
+	n := waitNode(t, "e2e-b", "initialization after libvirtd restart", 60*time.Second, func(n *v1.Node) bool { return n != nil && n.Spec.ProviderID != "" })
+	if n.Spec.ProviderID != "libvirt://"+uuid {
+		t.Errorf("providerID = %q", n.Spec.ProviderID)
+	}
+	if err := domain(t, "e2e-a").Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, "e2e-a", "shutdown taint after libvirtd restart", 30*time.Second, func(n *v1.Node) bool { return n != nil && hasTaint(n, shutdownTaint) })
+	if c.proc.Exited() {
+		t.Fatal("the CCM exited")
+	}
+}
+
+func TestMalformedCloudConfigExits(t *testing.T) {
+	requireEnv(t)
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"wrong type":     {"region: [this, is, not, a, string]\n", "region"},
+		"bad uri":        {"hypervisors: [{uri: 'nope'}]\n", `hypervisors[0].uri: "nope"`},
+		"unknown field":  {"hypervisor: []\n", `unknown field "hypervisor"`},
+		"unknown source": {"addressSources: [magic]\n", `addressSources[0]: "magic"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bad.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(env.ccmBin, "--cloud-provider=libvirt", "--cloud-config="+path, "--kubeconfig="+env.cp.AdminKube)
+			out, err := cmd.CombinedOutput()
+			if err == nil || cmd.ProcessState.ExitCode() == 0 {
+				t.Fatalf("exit 0 with a malformed config; output:\n%s", out)
+			}
+			// klog quotes the error, escaping its quotes.
+			if !strings.Contains(strings.ReplaceAll(string(out), `\"`, `"`), tc.want) {
+				t.Fatalf("output does not name %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
