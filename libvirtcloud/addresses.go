@@ -30,40 +30,56 @@ const (
 // after its domain starts).
 const leaseRefreshInterval = time.Second
 
+// agentRetryInterval is how long "the agent gave no address" is believed.
+const agentRetryInterval = 30 * time.Second
+
+type agentAnswer struct {
+	addrs []netip.Addr
+	at    time.Time
+}
+
 // Addresses returns d's addresses from the first source that knows any,
-// IPv4 first. No source knowing any address is not an error: many guests
-// have none before they boot. Served from caches in steady state.
+// IPv4 first. Caches are consulted for every source before libvirt is
+// asked, so a node whose addresses are known costs no libvirt call. No
+// source knowing any address is not an error: many guests have none before
+// they boot.
 func (h *Hypervisor) Addresses(ctx context.Context, d Domain) ([]netip.Addr, error) {
-	for _, src := range h.opts.Sources {
-		var (
-			addrs []netip.Addr
-			err   error
-		)
-		switch src {
-		case SourceDHCPLeases:
-			addrs, err = h.leaseAddresses(ctx, d)
-		case SourceGuestAgent:
-			addrs, err = h.agentAddresses(d)
-		case SourceARP:
-			addrs, err = h.neighbourAddresses(d)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(addrs) > 0 {
-			slices.SortFunc(addrs, func(a, b netip.Addr) int {
-				if a.Is4() != b.Is4() {
-					if a.Is4() {
-						return -1
-					}
-					return 1
-				}
-				return a.Compare(b)
-			})
-			return slices.Compact(addrs), nil
+	for _, ask := range []bool{false, true} {
+		for _, src := range h.opts.Sources {
+			var (
+				addrs []netip.Addr
+				err   error
+			)
+			switch src {
+			case SourceDHCPLeases:
+				addrs, err = h.leaseAddresses(d, ask)
+			case SourceGuestAgent:
+				addrs, err = h.agentAddresses(d, ask)
+			case SourceARP:
+				addrs, err = h.neighbourAddresses(d)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if len(addrs) > 0 {
+				return sortAddrs(addrs), nil
+			}
 		}
 	}
 	return nil, nil
+}
+
+func sortAddrs(addrs []netip.Addr) []netip.Addr {
+	slices.SortFunc(addrs, func(a, b netip.Addr) int {
+		if a.Is4() != b.Is4() {
+			if a.Is4() {
+				return -1
+			}
+			return 1
+		}
+		return a.Compare(b)
+	})
+	return slices.Compact(addrs)
 }
 
 func (h *Hypervisor) cachedLeases(d Domain) (addrs []netip.Addr, stale bool) {
@@ -75,9 +91,11 @@ func (h *Hypervisor) cachedLeases(d Domain) (addrs []netip.Addr, stale bool) {
 	return addrs, time.Since(h.leasesAt) > leaseRefreshInterval
 }
 
-func (h *Hypervisor) leaseAddresses(ctx context.Context, d Domain) ([]netip.Addr, error) {
+// leaseAddresses reads the lease cache; with ask, it re-reads the leases
+// first if they are older than leaseRefreshInterval.
+func (h *Hypervisor) leaseAddresses(d Domain, ask bool) ([]netip.Addr, error) {
 	addrs, stale := h.cachedLeases(d)
-	if len(addrs) > 0 || !stale || len(d.Interfaces) == 0 {
+	if len(addrs) > 0 || !ask || !stale || len(d.Interfaces) == 0 {
 		return addrs, nil
 	}
 	var leases map[string][]netip.Addr
@@ -142,13 +160,17 @@ func (h *Hypervisor) readLeases(c *libvirt.Connect) (map[string][]netip.Addr, er
 	return out, nil
 }
 
-func (h *Hypervisor) agentAddresses(d Domain) ([]netip.Addr, error) {
+// agentAddresses reads the agent cache; with ask, it queries the guest
+// agent for a running domain with no fresh cached answer. Empty answers
+// are cached too, for agentRetryInterval, as most guests run no agent.
+func (h *Hypervisor) agentAddresses(d Domain, ask bool) ([]netip.Addr, error) {
 	h.mu.RLock()
-	addrs, ok := h.agent[d.UUID]
+	cached, ok := h.agent[d.UUID]
 	h.mu.RUnlock()
-	if ok || d.State != StateRunning {
-		return addrs, nil
+	if len(cached.addrs) > 0 || !ask || d.State != StateRunning || (ok && time.Since(cached.at) < agentRetryInterval) {
+		return cached.addrs, nil
 	}
+	var addrs []netip.Addr
 	err := h.withConn(func(c *libvirt.Connect) error {
 		h.calls.Add(2)
 		dom, err := c.LookupDomainByUUIDString(d.UUID)
@@ -176,13 +198,12 @@ func (h *Hypervisor) agentAddresses(d Domain) ([]netip.Addr, error) {
 			lerr.Code == libvirt.ERR_OPERATION_INVALID || lerr.Code == libvirt.ERR_NO_SUPPORT || lerr.Code == libvirt.ERR_OPERATION_DENIED) {
 			return nil, nil
 		}
-		if isNoDomain(err) {
-			return nil, nil
+		if !isNoDomain(err) {
+			return nil, fmt.Errorf("guest agent addresses of %s: %w", d.Name, err)
 		}
-		return nil, fmt.Errorf("guest agent addresses of %s: %w", d.Name, err)
 	}
 	h.mu.Lock()
-	h.agent[d.UUID] = addrs
+	h.agent[d.UUID] = agentAnswer{addrs: addrs, at: time.Now()}
 	h.mu.Unlock()
 	return addrs, nil
 }

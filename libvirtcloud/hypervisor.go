@@ -51,8 +51,8 @@ type Hypervisor struct {
 	domains  index
 	leases   map[string][]netip.Addr // mac → addresses from DHCP leases
 	leasesAt time.Time
-	agent    map[string][]netip.Addr // uuid → addresses from the guest agent
-	synced   bool                    // the cache reflects a full listing
+	agent    map[string]agentAnswer // uuid → addresses from the guest agent
+	synced   bool                   // the cache reflects a full listing
 
 	calls   atomic.Uint64
 	raw     chan rawEvent
@@ -85,7 +85,7 @@ func Open(ctx context.Context, opts Options) (*Hypervisor, error) {
 		opts:    opts,
 		domains: newIndex(),
 		leases:  map[string][]netip.Addr{},
-		agent:   map[string][]netip.Addr{},
+		agent:   map[string]agentAnswer{},
 		raw:     make(chan rawEvent, 4096),
 		lost:    make(chan struct{}, 1),
 		started: make(chan struct{}),
@@ -301,7 +301,7 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect) error {
 	if leaseErr == nil {
 		h.leases, h.leasesAt = leases, time.Now()
 	}
-	h.agent = map[string][]netip.Addr{}
+	h.agent = map[string]agentAnswer{}
 	h.synced = true
 	h.mu.Unlock()
 

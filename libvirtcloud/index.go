@@ -53,7 +53,7 @@ func (x *index) byNameLookup(name string) (Domain, bool) {
 
 // byAddress finds the domain owning ip according to the lease and agent
 // address caches.
-func (x *index) byAddress(ip netip.Addr, leases map[string][]netip.Addr, agent map[string][]netip.Addr) (Domain, bool) {
+func (x *index) byAddress(ip netip.Addr, leases map[string][]netip.Addr, agent map[string]agentAnswer) (Domain, bool) {
 	for mac, addrs := range leases {
 		for _, a := range addrs {
 			if a == ip {
@@ -63,8 +63,8 @@ func (x *index) byAddress(ip netip.Addr, leases map[string][]netip.Addr, agent m
 			}
 		}
 	}
-	for u, addrs := range agent {
-		for _, a := range addrs {
+	for u, ans := range agent {
+		for _, a := range ans.addrs {
 			if a == ip {
 				d, ok := x.byUUID[u]
 				return d, ok

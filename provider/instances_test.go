@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/libvirtcloud"
 )
@@ -207,4 +208,35 @@ func TestUnreachableHypervisorNeverMeansNotFound(t *testing.T) {
 			t.Fatalf("%s: InstanceShutdown gave no error", n.Name)
 		}
 	}
+}
+
+// BenchmarkInstanceMetadata reports the libvirt calls one InstanceMetadata
+// makes in steady state (after the first lookup warmed the caches): 0.
+func BenchmarkInstanceMetadata(b *testing.B) {
+	path, _ := filepath.Abs("testdata/hosts.xml")
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(10)))
+	defer cancel()
+	h, err := libvirtcloud.Open(ctx, libvirtcloud.Options{URI: "test://" + path, Zone: "zone-a", ReadWrite: true,
+		Sources: []libvirtcloud.AddressSource{libvirtcloud.SourceDHCPLeases, libvirtcloud.SourceGuestAgent}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.WaitSynced(ctx); err != nil {
+		b.Fatal(err)
+	}
+	in, _ := New(DefaultConfig(), []Hypervisor{h}).InstancesV2()
+	nodes := []*v1.Node{node("node-a"), node("x", withProviderID("libvirt://22222222-2222-2222-2222-222222222222")), node("node-typed")}
+	for _, n := range nodes {
+		if _, err := in.InstanceMetadata(ctx, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := h.Calls()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := in.InstanceMetadata(ctx, nodes[i%len(nodes)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(h.Calls()-before)/float64(b.N), "libvirt-calls/op")
 }
