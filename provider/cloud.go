@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
 
@@ -34,6 +36,15 @@ type Cloud struct {
 	cfg         Config
 	hypervisors []Hypervisor
 	instances   *instances
+	routes      *routes       // nil unless routes.bridge is configured
+	lb          *loadBalancer // nil unless loadBalancer.bridge is configured
+	ctx         context.Context
+}
+
+// component is a part of the provider that needs the cluster: it is
+// started by Initialize with the CCM's client and shared informers.
+type component interface {
+	start(ctx context.Context, client kubernetes.Interface, informers informers.SharedInformerFactory) error
 }
 
 var _ cloudprovider.Interface = (*Cloud)(nil)
@@ -75,12 +86,53 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 		}
 		hvs = append(hvs, h)
 	}
-	return New(cfg, hvs), nil
+	c := New(cfg, hvs)
+	c.ctx = ctx
+	var err error
+	if cfg.Routes.Bridge != "" {
+		if c.routes, err = newRoutes(cfg.Routes, hvs); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.LoadBalancer.Bridge != "" {
+		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
-// Initialize is called by the cloud-controller-manager before controllers start.
-func (c *Cloud) Initialize(_ cloudprovider.ControllerClientBuilder, _ <-chan struct{}) {
-	klog.InfoS("libvirt cloud provider initialized", "region", c.cfg.Region, "hypervisors", len(c.hypervisors))
+// Initialize is called by the cloud-controller-manager before controllers
+// start; it starts the components that watch the cluster.
+func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		<-stop
+		cancel()
+	}()
+	var parts []component
+	if c.routes != nil {
+		parts = append(parts, c.routes)
+	}
+	if c.lb != nil {
+		parts = append(parts, c.lb)
+	}
+	if len(parts) > 0 {
+		client := clientBuilder.ClientOrDie("libvirt-cloud-provider")
+		factory := informers.NewSharedInformerFactory(client, 0)
+		for _, p := range parts {
+			if err := p.start(ctx, client, factory); err != nil {
+				klog.Fatalf("libvirt cloud provider: %v", err)
+			}
+		}
+		factory.Start(ctx.Done())
+	}
+	klog.InfoS("libvirt cloud provider initialized", "region", c.cfg.Region, "hypervisors", len(c.hypervisors),
+		"routes", c.routes != nil, "loadBalancer", c.lb != nil)
 }
 
 // ProviderName returns "libvirt".
@@ -101,8 +153,8 @@ func (c *Cloud) Zones() (cloudprovider.Zones, bool) { return nil, false }
 // Clusters is not implemented.
 func (c *Cloud) Clusters() (cloudprovider.Clusters, bool) { return nil, false }
 
-// Routes is not implemented yet.
-func (c *Cloud) Routes() (cloudprovider.Routes, bool) { return nil, false }
+// Routes programs pod-CIDR routes on the bridge, when one is configured.
+func (c *Cloud) Routes() (cloudprovider.Routes, bool) { return c.routes, c.routes != nil }
 
-// LoadBalancer is not implemented yet.
-func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return nil, false }
+// LoadBalancer serves Services of type LoadBalancer, when a bridge is configured.
+func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return c.lb, c.lb != nil }

@@ -12,6 +12,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/labcloud/labcloud/lb"
 )
 
 // Config is the one typed document read from --cloud-config. Defaults are
@@ -34,6 +36,31 @@ type Config struct {
 	// ResyncPeriod is how often the domain cache is rebuilt from scratch
 	// in addition to lifecycle events.
 	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
+	// Routes enables pod-CIDR routes on a host bridge.
+	Routes RoutesConfig `json:"routes"`
+	// LoadBalancer enables Services of type LoadBalancer.
+	LoadBalancer LoadBalancerConfig `json:"loadBalancer"`
+}
+
+// RoutesConfig: pod-CIDR routes "<podCIDR> via <node InternalIP> dev
+// <bridge> proto <protocol>". Without a bridge the provider offers no Routes.
+type RoutesConfig struct {
+	Bridge string `json:"bridge"`
+	// Protocol marks labcloud's routes (default 76); only routes carrying
+	// it are ever listed, changed or deleted.
+	Protocol int `json:"protocol"`
+	// Table holds the routes (default 0: main).
+	Table int `json:"table"`
+	// Metric of the routes (default 3076), chosen so that a foreign route
+	// to the same destination coexists with labcloud's.
+	Metric int `json:"metric"`
+}
+
+// LoadBalancerConfig: VIPs from pools, announced with ARP on a bridge.
+// Without a bridge the provider offers no LoadBalancer.
+type LoadBalancerConfig struct {
+	Bridge string          `json:"bridge"`
+	Pools  []lb.PoolConfig `json:"pools"`
 }
 
 // HypervisorConfig is one libvirt connection.
@@ -178,6 +205,32 @@ func (c *Config) complete() error {
 		}
 		if s.MemoryMiB <= 0 {
 			bad(field+".memoryMiB", s.MemoryMiB, "must be positive")
+		}
+	}
+	if r := c.Routes; r.Bridge != "" || r.Protocol != 0 || r.Table != 0 || r.Metric != 0 {
+		if r.Bridge == "" {
+			errs = append(errs, errors.New("routes.bridge: required when other routes fields are set"))
+		}
+		// 0-4 are the kernel's own (unspec, redirect, kernel, boot, static).
+		if r.Protocol != 0 && (r.Protocol < 5 || r.Protocol > 255) {
+			bad("routes.protocol", r.Protocol, "must be 5..255 (0-4 are the kernel's)")
+		}
+		if r.Table < 0 || r.Table == 255 || r.Table == 253 {
+			bad("routes.table", r.Table, "must be 0 (main) or a table of labcloud's own, not local or default")
+		}
+		if r.Metric < 0 {
+			bad("routes.metric", r.Metric, "must not be negative")
+		}
+	}
+	if lbc := c.LoadBalancer; lbc.Bridge != "" || len(lbc.Pools) > 0 {
+		if lbc.Bridge == "" {
+			errs = append(errs, errors.New("loadBalancer.bridge: required when pools are set"))
+		}
+		if len(lbc.Pools) == 0 {
+			errs = append(errs, errors.New("loadBalancer.pools: at least one pool is required"))
+		}
+		if _, err := lb.NewPools(lbc.Pools); err != nil {
+			errs = append(errs, fmt.Errorf("loadBalancer.pools: %w", err))
 		}
 	}
 	if c.ResyncPeriod.Duration < time.Second {

@@ -70,3 +70,28 @@ func TestLoadConfigFileNamesThePath(t *testing.T) {
 		t.Fatalf("no file: %+v, %v", c, err)
 	}
 }
+
+func TestLoadConfigRoutesAndLoadBalancer(t *testing.T) {
+	c, err := LoadConfig(strings.NewReader(`
+routes: {bridge: virbr1}
+loadBalancer:
+  bridge: virbr1
+  pools: [{name: lab, addresses: [192.168.122.200-192.168.122.250]}]
+`))
+	if err != nil || c.Routes.Bridge != "virbr1" || len(c.LoadBalancer.Pools) != 1 {
+		t.Fatalf("%+v, %v", c, err)
+	}
+	for yaml, want := range map[string]string{
+		"routes: {protocol: 2}":                                                   "routes.bridge: required",
+		"routes: {bridge: b, protocol: 3}":                                        `routes.protocol: "3"`,
+		"routes: {bridge: b, table: 255}":                                         `routes.table: "255"`,
+		"loadBalancer: {bridge: b}":                                               "loadBalancer.pools: at least one",
+		"loadBalancer: {pools: [{name: a, addresses: [10.0.0.0/24]}]}":            "loadBalancer.bridge: required",
+		"loadBalancer: {bridge: b, pools: [{name: a, addresses: [10.0.0.1/24]}]}": "loadBalancer.pools: pool \"a\"",
+		"loadBalancer: {bridge: b, pools: [{name: a, addresses: [10.0.0.0/24]}, {name: b, addresses: [10.0.0.5]}]}": "overlap",
+	} {
+		if _, err := LoadConfig(strings.NewReader(yaml)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", yaml, err, want)
+		}
+	}
+}
