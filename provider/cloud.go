@@ -95,7 +95,7 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 		}
 	}
 	if cfg.LoadBalancer.Bridge != "" {
-		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs); err != nil {
+		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs, c.instances); err != nil {
 			return nil, err
 		}
 	}
