@@ -45,6 +45,8 @@ type Options struct {
 	Tokens []Token
 	// ControllerManagerArgs are added to kube-controller-manager's flags.
 	ControllerManagerArgs []string
+	// Daemon starts the processes so that they outlive the caller.
+	Daemon bool
 }
 
 // Token is a static bearer token for a user.
@@ -119,7 +121,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) (string, error) {
 	client, peer := freePort(), freePort()
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", client)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
-	p, err := StartProcess(ctx, cp.path("etcd.log"), filepath.Join(cp.opts.Tools, "etcd"),
+	p, err := cp.start(ctx, "etcd",
 		"--data-dir", cp.path("etcd"),
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
@@ -173,7 +175,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if err := cp.WriteKubeconfig(cp.AdminKube, "labcloud-admin", admin); err != nil {
 		return err
 	}
-	p, err := StartProcess(ctx, cp.path("kube-apiserver.log"), filepath.Join(cp.opts.Tools, "kube-apiserver"),
+	p, err := cp.start(ctx, "kube-apiserver",
 		"--etcd-servers", etcdURL,
 		"--bind-address", cp.opts.Address, "--advertise-address", cp.opts.Address,
 		"--secure-port", strconv.Itoa(port),
@@ -208,12 +210,20 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 			"--node-cidr-mask-size", strconv.Itoa(cp.opts.NodeCIDRMaskSize))
 	}
 	args = append(args, cp.opts.ControllerManagerArgs...)
-	p, err := StartProcess(ctx, cp.path("kube-controller-manager.log"), filepath.Join(cp.opts.Tools, "kube-controller-manager"), args...)
+	p, err := cp.start(ctx, "kube-controller-manager", args...)
 	if err != nil {
 		return err
 	}
 	cp.procs = append(cp.procs, p)
 	return nil
+}
+
+func (cp *ControlPlane) start(ctx context.Context, name string, args ...string) (*Process, error) {
+	bin, log := filepath.Join(cp.opts.Tools, name), cp.path(name+".log")
+	if cp.opts.Daemon {
+		return StartDaemon(log, bin, args...)
+	}
+	return StartProcess(ctx, log, bin, args...)
 }
 
 // WriteKubeconfig writes a kubeconfig for a bearer token.

@@ -24,21 +24,29 @@ type Process struct {
 }
 
 // StartProcess starts bin with args, output to logPath. The process is
-// killed when ctx ends; Stop ends it gently first.
+// killed when ctx ends or this process dies; Stop ends it gently first.
 func StartProcess(ctx context.Context, logPath, bin string, args ...string) (*Process, error) {
-	return StartCommand(ctx, logPath, exec.Command(bin, args...))
+	return startCommand(ctx, logPath, exec.Command(bin, args...), false)
 }
 
-// StartCommand is StartProcess for a prepared command (environment, namespace).
-func StartCommand(ctx context.Context, logPath string, cmd *exec.Cmd) (*Process, error) {
+// StartDaemon starts bin like StartProcess but in a session of its own that
+// outlives this process (the lab's daemons outlive `labcloud up`).
+func StartDaemon(logPath, bin string, args ...string) (*Process, error) {
+	return startCommand(context.Background(), logPath, exec.Command(bin, args...), true)
+}
+
+func startCommand(ctx context.Context, logPath string, cmd *exec.Cmd, daemon bool) (*Process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so a stop reaches its children too; and it
-	// dies with us if we are killed.
+	// Its own process group, so a stop reaches its children too; unless it
+	// is a daemon, it dies with us if we are killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if daemon {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)

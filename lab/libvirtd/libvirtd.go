@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"libvirt.org/go/libvirt"
@@ -26,6 +27,7 @@ const Socket = "/run/libvirt/libvirt-sock"
 // Daemon is a running libvirtd with its virtlogd.
 type Daemon struct {
 	logDir   string
+	detached bool
 	libvirtd *controlplane.Process
 	virtlogd *controlplane.Process
 }
@@ -94,17 +96,37 @@ func Running() bool {
 }
 
 // Start starts virtlogd and libvirtd in the current network namespace and
-// waits until libvirtd answers. Logs go to logDir.
+// waits until libvirtd answers. Logs go to logDir. They stop with ctx.
 func Start(ctx context.Context, logDir string) (*Daemon, error) {
+	return start(ctx, logDir, false)
+}
+
+// StartDetached is Start for daemons that outlive the caller (the lab).
+func StartDetached(ctx context.Context, logDir string) (*Daemon, error) {
+	return start(ctx, logDir, true)
+}
+
+func start(ctx context.Context, logDir string, detached bool) (*Daemon, error) {
 	if Running() {
 		return nil, fmt.Errorf("%w (socket %s answers); stop it first", ErrAlreadyRunning, Socket)
 	}
 	if err := Prepare(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{logDir: logDir}
+	d := &Daemon{logDir: logDir, detached: detached}
 	return d, d.start(ctx)
 }
+
+func (d *Daemon) run(ctx context.Context, name string) (*controlplane.Process, error) {
+	log := filepath.Join(d.logDir, name+".log")
+	if d.detached {
+		return controlplane.StartDaemon(log, name)
+	}
+	return controlplane.StartProcess(ctx, log, name)
+}
+
+// Pids are the daemons' process ids (libvirtd, virtlogd).
+func (d *Daemon) Pids() (libvirtd, virtlogd int) { return d.libvirtd.Pid(), d.virtlogd.Pid() }
 
 func (d *Daemon) start(ctx context.Context) error {
 	for _, bin := range []string{"virtlogd", "libvirtd"} {
@@ -117,10 +139,10 @@ func (d *Daemon) start(ctx context.Context) error {
 		_ = os.Remove(f)
 	}
 	var err error
-	if d.virtlogd, err = controlplane.StartProcess(ctx, filepath.Join(d.logDir, "virtlogd.log"), "virtlogd"); err != nil {
+	if d.virtlogd, err = d.run(ctx, "virtlogd"); err != nil {
 		return err
 	}
-	if d.libvirtd, err = controlplane.StartProcess(ctx, filepath.Join(d.logDir, "libvirtd.log"), "libvirtd"); err != nil {
+	if d.libvirtd, err = d.run(ctx, "libvirtd"); err != nil {
 		d.virtlogd.Stop()
 		return err
 	}
@@ -148,7 +170,7 @@ func (d *Daemon) StopLibvirtd() {
 func (d *Daemon) StartLibvirtd(ctx context.Context) error {
 	var err error
 	_ = os.Remove(Socket)
-	if d.libvirtd, err = controlplane.StartProcess(ctx, filepath.Join(d.logDir, "libvirtd.log"), "libvirtd"); err != nil {
+	if d.libvirtd, err = d.run(ctx, "libvirtd"); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -168,5 +190,36 @@ func (d *Daemon) Stop() {
 	}
 	if d.virtlogd != nil {
 		d.virtlogd.Stop()
+	}
+}
+
+// lockPath serializes users of the host's one libvirtd (e2e runs).
+const lockPath = "/run/lock/labcloud-libvirtd.lock"
+
+// Lock waits until no other holder (another e2e run) uses the host's
+// libvirtd, then holds it until release is called or the process exits.
+func Lock(ctx context.Context, waiting func()) (release func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(lockPath), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	told := false
+	for {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !told && waiting != nil {
+			waiting()
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 }

@@ -121,6 +121,13 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 		return 0, fmt.Errorf("build CCM: %v: %s", err, out)
 	}
 
+	release, err := libvirtd.Lock(ctx, func() {
+		fmt.Fprintln(os.Stderr, "e2e: waiting for another e2e run to release the host's libvirtd")
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	env.daemon, err = libvirtd.Start(ctx, dir)
 	if err != nil {
 		return 0, err
