@@ -125,6 +125,21 @@ func (d *Daemon) run(ctx context.Context, name string) (*controlplane.Process, e
 	return controlplane.StartProcess(ctx, log, name)
 }
 
+// HoldLock starts a process that holds LockPath for as long as it lives:
+// the lab's daemons outlive labcloud up, and so must its claim on libvirtd.
+// The caller must not hold the lock itself.
+func HoldLock(logDir string) (*controlplane.Process, error) {
+	p, err := controlplane.StartDaemon(filepath.Join(logDir, "lock-holder.log"), "flock", "--nonblock", LockPath, "sleep", "infinity")
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(100 * time.Millisecond)
+	if p.Exited() {
+		return nil, fmt.Errorf("another lab or e2e run holds %s", LockPath)
+	}
+	return p, nil
+}
+
 // Pids are the daemons' process ids (libvirtd, virtlogd).
 func (d *Daemon) Pids() (libvirtd, virtlogd int) { return d.libvirtd.Pid(), d.virtlogd.Pid() }
 
@@ -193,16 +208,17 @@ func (d *Daemon) Stop() {
 	}
 }
 
-// lockPath serializes users of the host's one libvirtd (e2e runs).
-const lockPath = "/run/lock/labcloud-libvirtd.lock"
+// LockPath serializes users of the host's one libvirtd: e2e runs hold it
+// while they run, a lab holds it (through a holder process) while it is up.
+const LockPath = "/run/lock/labcloud-libvirtd.lock"
 
-// Lock waits until no other holder (another e2e run) uses the host's
+// Lock waits until no other holder (an e2e run, a lab) uses the host's
 // libvirtd, then holds it until release is called or the process exits.
 func Lock(ctx context.Context, waiting func()) (release func(), err error) {
-	if err := os.MkdirAll(filepath.Dir(lockPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(LockPath), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(LockPath, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,250 @@
+// Command labcloud runs the simulated cloud: `labcloud up` brings up a
+// control plane, a libvirt network, small VMs as nodes and the libvirt CCM
+// in a network namespace of its own; `labcloud down` removes all of it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/labcloud/labcloud/lab"
+)
+
+// insideEnv marks the copy of labcloud re-executed inside the namespace.
+const insideEnv = "LABCLOUD_INSIDE_NETNS"
+
+func main() {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := root().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "labcloud:", err)
+		os.Exit(1)
+	}
+}
+
+func root() *cobra.Command {
+	dir := lab.DefaultStateDir
+	cmd := &cobra.Command{Use: "labcloud", Short: "A simulated cloud for the libvirt cloud-controller-manager", SilenceUsage: true, SilenceErrors: true}
+	cmd.PersistentFlags().StringVar(&dir, "state-dir", dir, "where the running lab keeps its files")
+	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(), benchCmd(&dir))
+	return cmd
+}
+
+func requireRoot() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the lab needs root (network namespace, libvirtd, QEMU): run with sudo")
+	}
+	return nil
+}
+
+// inNetns runs this program again inside the lab's namespace with args.
+func inNetns(ctx context.Context, args ...string) error {
+	if os.Getenv(insideEnv) != "" {
+		return errors.New("already inside the lab namespace")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", lab.Netns, self}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), insideEnv+"=1")
+	return cmd.Run()
+}
+
+func upCmd(dir *string) *cobra.Command {
+	nodes, keep := 3, false
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Bring the lab up: namespace, libvirtd, network, control plane, CCM, N guests",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			if os.Getenv(insideEnv) != "" {
+				_, err := lab.Up(cmd.Context(), lab.Options{Nodes: nodes, Dir: *dir, Out: cmd.OutOrStdout()})
+				return err
+			}
+			if _, err := lab.LoadState(*dir); err == nil {
+				return fmt.Errorf("a lab is already up (state in %s); run labcloud down first", *dir)
+			}
+			if err := ensureHostPackages(cmd); err != nil {
+				return err
+			}
+			_ = exec.Command("ip", "netns", "del", lab.Netns).Run() // a leftover of a crashed run
+			if out, err := exec.Command("ip", "netns", "add", lab.Netns).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip netns add %s: %v: %s", lab.Netns, err, out)
+			}
+			if out, err := exec.Command("ip", "-n", lab.Netns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+				return fmt.Errorf("lo up in %s: %v: %s", lab.Netns, err, out)
+			}
+			if err := inNetns(cmd.Context(), "up", "--nodes", fmt.Sprint(nodes), "--state-dir", *dir); err != nil {
+				if !keep {
+					fmt.Fprintln(cmd.ErrOrStderr(), "labcloud up failed; removing what it made (use --keep-on-failure to inspect)")
+					_ = lab.Down(*dir, cmd.ErrOrStderr())
+				}
+				return fmt.Errorf("up: %w", err)
+			}
+			if err := inNetns(cmd.Context(), "status", "--state-dir", *dir); err != nil {
+				return err
+			}
+			st, err := lab.LoadState(*dir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "\nRun commands in the lab with: labcloud exec -- CMD (kubectl is on its PATH)\nexport KUBECONFIG=%s\n", st.Kubeconfig)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&nodes, "nodes", nodes, "number of guest VMs (nodes)")
+	cmd.Flags().BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
+	return cmd
+}
+
+// ensureHostPackages installs libvirt, QEMU and friends when missing, with
+// the checkout's hack/install-deps.sh.
+func ensureHostPackages(cmd *cobra.Command) error {
+	missing := false
+	for _, b := range []string{"libvirtd", "virtlogd", "qemu-system-x86_64", "dnsmasq", "busybox"} {
+		if _, err := exec.LookPath(b); err != nil {
+			missing = true
+		}
+	}
+	if !missing {
+		return nil
+	}
+	script := filepath.Join("hack", "install-deps.sh")
+	if _, err := os.Stat(script); err != nil {
+		return errors.New("libvirt/QEMU are not installed: run hack/install-deps.sh from a labcloud checkout")
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), "installing host packages (hack/install-deps.sh) ...")
+	c := exec.CommandContext(cmd.Context(), script)
+	c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	return c.Run()
+}
+
+func downCmd(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Remove everything the lab made (safe to run twice)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			return lab.Down(*dir, cmd.OutOrStdout())
+		},
+	}
+}
+
+func statusCmd(dir *string) *cobra.Command {
+	output := "table"
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Nodes, domains, addresses, pod CIDRs, routes; Services, VIPs, answering nodes",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output %q: want table or json", output)
+			}
+			st, err := lab.LoadState(*dir)
+			if err != nil {
+				return err
+			}
+			if os.Getenv(insideEnv) == "" {
+				return inNetns(cmd.Context(), "status", "--state-dir", *dir, "--output", output)
+			}
+			s, err := lab.GetStatus(cmd.Context(), st)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(s)
+			}
+			s.WriteTable(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", output, "table or json")
+	return cmd
+}
+
+func execCmd(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec -- CMD [ARGS...]",
+		Short: "Run a command inside the lab's network namespace (kubectl on PATH)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := lab.LoadState(*dir)
+			if err != nil {
+				return err
+			}
+			c := exec.CommandContext(cmd.Context(), "ip", append([]string{"netns", "exec", lab.Netns}, args...)...)
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+			c.Env = append(os.Environ(), "PATH="+st.Tools+":"+os.Getenv("PATH"), "KUBECONFIG="+st.Kubeconfig)
+			if err := c.Run(); err != nil {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					os.Exit(ee.ExitCode())
+				}
+				return err
+			}
+			return nil
+		},
+	}
+}
+
+func nodeCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "Act on a lab node's domain"}
+	for _, action := range []string{"stop", "start", "delete"} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   action + " NAME",
+			Short: action + " the node's domain",
+			Args:  cobra.ExactArgs(1),
+			RunE:  func(_ *cobra.Command, args []string) error { return lab.NodeAction(args[0], action) },
+		})
+	}
+	return cmd
+}
+
+func benchCmd(dir *string) *cobra.Command {
+	runs, output := 5, "labcloud-bench.json"
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure VIP failover (domain stop -> HTTP answer from another node) and memory; writes JSON",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := lab.LoadState(*dir)
+			if err != nil {
+				return err
+			}
+			if os.Getenv(insideEnv) == "" {
+				abs, err := filepath.Abs(output)
+				if err != nil {
+					return err
+				}
+				return inNetns(cmd.Context(), "bench", "--state-dir", *dir, "--runs", fmt.Sprint(runs), "--output", abs)
+			}
+			res, err := lab.Bench(cmd.Context(), st, runs, cmd.OutOrStdout())
+			if res != nil {
+				data, _ := json.MarshalIndent(res, "", "  ")
+				if werr := os.WriteFile(output, append(data, '\n'), 0o644); werr != nil && err == nil {
+					err = werr
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\nwritten to %s\n", data, output)
+			}
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&runs, "runs", runs, "failover runs")
+	cmd.Flags().StringVar(&output, "output", output, "JSON file to write")
+	return cmd
+}

@@ -1,0 +1,167 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"libvirt.org/go/libvirt"
+)
+
+// Down removes everything a lab made: guests, network, daemons, the
+// network namespace and the state directory. It is safe to run when no lab
+// or only part of one is up, and to run twice.
+func Down(dir string, out io.Writer) error {
+	st, err := LoadState(dir)
+	if err != nil {
+		st = &State{Dir: dir, Pids: map[string]int{}} // remove what can be found anyway
+	}
+	var errs []error
+	removeGuests(out)
+	// Control plane and CCM first, then libvirt's daemons.
+	for _, name := range []string{"libvirt-cloud-controller-manager", "kube-controller-manager", "kube-apiserver", "etcd", "libvirtd", "virtlogd", "flock"} {
+		key := name
+		if name == "flock" {
+			key = "lock-holder"
+		}
+		if pid := st.Pids[key]; pid > 0 && isProcess(pid, name) {
+			fmt.Fprintf(out, "stopping %s (pid %d)\n", name, pid)
+			stop(pid)
+		}
+	}
+	// Whatever still runs in the namespace (dnsmasq, a crashed up's children).
+	if pids, err := exec.Command("ip", "netns", "pids", Netns).Output(); err == nil {
+		for _, f := range strings.Fields(string(pids)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				stop(pid)
+			}
+		}
+	}
+	if err := exec.Command("ip", "netns", "del", Netns).Run(); err == nil {
+		fmt.Fprintf(out, "deleted network namespace %s\n", Netns)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	if leftovers := labQEMU(); len(leftovers) > 0 {
+		errs = append(errs, fmt.Errorf("QEMU processes of lab guests still running: %v", leftovers))
+	}
+	return errors.Join(errs...)
+}
+
+// removeGuests destroys and undefines the lab's domains and network while
+// libvirtd still runs; without it, their QEMU processes are killed.
+func removeGuests(out io.Writer) {
+	c, err := libvirt.NewConnect("qemu:///system")
+	if err == nil {
+		defer c.Close()
+		if doms, err := c.ListAllDomains(0); err == nil {
+			for _, d := range doms {
+				if name, _ := d.GetName(); strings.HasPrefix(name, NodePrefix) {
+					if active, _ := d.IsActive(); active {
+						_ = d.Destroy()
+					}
+					_ = d.Undefine()
+					fmt.Fprintf(out, "removed domain %s\n", name)
+				}
+				d.Free()
+			}
+		}
+		if n, err := c.LookupNetworkByName(NetworkName); err == nil {
+			_ = n.Destroy()
+			_ = n.Undefine()
+			n.Free()
+		}
+	}
+	for _, pid := range labQEMU() {
+		stop(pid)
+	}
+}
+
+// labQEMU lists QEMU processes that run lab guests.
+func labQEMU() []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		s := string(cmd)
+		if strings.Contains(s, "qemu-system") && strings.Contains(s, "guest="+NodePrefix) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// isProcess checks that pid still runs the program we started (pids are reused).
+func isProcess(pid int, name string) bool {
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(strings.SplitN(string(cmd), "\x00", 2)[0], name)
+}
+
+// stop sends SIGTERM, then SIGKILL after 10 s.
+func stop(pid int) {
+	if syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return
+	}
+	for i := 0; i < 100; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		if zombie(pid) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+func zombie(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] == "Z"
+}
+
+// NodeAction stops, starts or deletes a lab guest's domain.
+func NodeAction(name, action string) error {
+	c, err := libvirt.NewConnect("qemu:///system")
+	if err != nil {
+		return fmt.Errorf("libvirt: %w (is the lab up?)", err)
+	}
+	defer c.Close()
+	d, err := c.LookupDomainByName(name)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	defer d.Free()
+	switch action {
+	case "stop":
+		return d.Destroy()
+	case "start":
+		return d.Create()
+	case "delete":
+		if active, _ := d.IsActive(); active {
+			if err := d.Destroy(); err != nil {
+				return err
+			}
+		}
+		return d.Undefine()
+	}
+	return fmt.Errorf("node action %q: want stop, start or delete", action)
+}

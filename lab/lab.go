@@ -1,0 +1,98 @@
+// Package lab is the simulated cloud: in a network namespace of its own it
+// runs libvirtd, a routed libvirt network, etcd, kube-apiserver,
+// kube-controller-manager and the libvirt CCM, and boots small guests that
+// run lab-node. Everything it makes is recorded in a state file so that
+// Down removes exactly that.
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Fixed names and addresses of the lab. One lab per host: libvirtd's
+// sockets have fixed paths.
+const (
+	Netns       = "labcloud"
+	NetworkName = "labcloud"
+	Bridge      = "lcbr0"
+	Gateway     = "10.123.0.1"
+	subnet      = "10.123.0"
+	APIPort     = 6443
+	ClusterCIDR = "10.244.0.0/16"
+	VIPPool     = "10.123.0.200-10.123.0.250"
+	NodePrefix  = "lab-node-"
+)
+
+// DefaultStateDir holds the running lab's files; removed by Down.
+var DefaultStateDir = "/var/lib/labcloud/lab"
+
+// CacheDir keeps what is slow to make (image, binaries) across labs.
+func CacheDir() string {
+	if d := os.Getenv("LABCLOUD_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/labcloud"
+}
+
+// State is what a running lab is made of.
+type State struct {
+	Dir        string         `json:"dir"`
+	Netns      string         `json:"netns"`
+	Kubeconfig string         `json:"kubeconfig"`
+	APIServer  string         `json:"apiServer"`
+	Tools      string         `json:"tools"`
+	Pids       map[string]int `json:"pids"`
+	Nodes      []string       `json:"nodes"`
+	Light      bool           `json:"light,omitempty"`
+	Steps      []Step         `json:"steps"`
+	Started    time.Time      `json:"started"`
+}
+
+// Step is one timed step of Up.
+type Step struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+func statePath(dir string) string { return filepath.Join(dir, "state.json") }
+
+// LoadState reads the state of the lab in dir.
+func LoadState(dir string) (*State, error) {
+	data, err := os.ReadFile(statePath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no lab is up (no %s); run labcloud up", statePath(dir))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("lab state %s: %w", statePath(dir), err)
+	}
+	return &s, nil
+}
+
+func (s *State) save() error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := statePath(s.Dir) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, statePath(s.Dir))
+}
+
+// nodeName and nodeMAC give guest i (1-based) its fixed identity.
+func nodeName(i int) string { return fmt.Sprintf("%s%d", NodePrefix, i) }
+func nodeMAC(i int) string  { return fmt.Sprintf("52:54:00:7c:%02x:%02x", i>>8, i&0xff) }
+
+// gatewayAddr is the bridge's address, where guests reach the API server.
+func gatewayAddr() netip.Addr { return netip.MustParseAddr(Gateway) }

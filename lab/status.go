@@ -1,0 +1,215 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/labcloud/labcloud/netroutes"
+)
+
+// Status is the lab at a glance: node ↔ domain ↔ addresses ↔ pod CIDR ↔
+// route, and Service ↔ VIP ↔ answering node/MAC.
+type Status struct {
+	Kubeconfig string          `json:"kubeconfig"`
+	APIServer  string          `json:"apiServer"`
+	Nodes      []NodeStatus    `json:"nodes"`
+	Services   []ServiceStatus `json:"services"`
+}
+
+// NodeStatus is one lab node.
+type NodeStatus struct {
+	Name        string   `json:"name"`
+	Domain      string   `json:"domain"`
+	DomainState string   `json:"domainState"`
+	MAC         string   `json:"mac"`
+	ProviderID  string   `json:"providerID"`
+	Ready       string   `json:"ready"`
+	Addresses   []string `json:"addresses"`
+	PodCIDR     string   `json:"podCIDR"`
+	Route       string   `json:"route"`
+	Taints      []string `json:"taints,omitempty"`
+}
+
+// ServiceStatus is one LoadBalancer Service.
+type ServiceStatus struct {
+	Service string `json:"service"`
+	VIP     string `json:"vip"`
+	Node    string `json:"node"`
+	MAC     string `json:"mac"`
+}
+
+// GetStatus reads the lab's state from the API server, libvirt and the
+// kernel. It runs inside the lab's namespace.
+func GetStatus(ctx context.Context, st *State) (*Status, error) {
+	client, err := adminClient(st.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	out := &Status{Kubeconfig: st.Kubeconfig, APIServer: st.APIServer}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	routes, _ := ownedRoutes()
+	domains := domainInfo()
+	macToNode := map[string]string{}
+	for _, n := range nodes.Items {
+		ns := NodeStatus{Name: n.Name, ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, Ready: "Unknown"}
+		for _, c := range n.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				ns.Ready = string(c.Status)
+			}
+		}
+		for _, a := range n.Status.Addresses {
+			ns.Addresses = append(ns.Addresses, fmt.Sprintf("%s=%s", a.Type, a.Address))
+		}
+		for _, t := range n.Spec.Taints {
+			ns.Taints = append(ns.Taints, t.Key)
+		}
+		if d, ok := domains[n.Name]; ok {
+			ns.Domain, ns.DomainState, ns.MAC = n.Name, d.state, d.mac
+			macToNode[d.mac] = n.Name
+		}
+		if gw, ok := routes[n.Spec.PodCIDR]; ok {
+			ns.Route = fmt.Sprintf("via %s dev %s proto %d", gw, Bridge, netroutes.DefaultProtocol)
+		}
+		out.Nodes = append(out.Nodes, ns)
+	}
+	svcs, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list services: %w", err)
+	}
+	neigh := vipNeighbours()
+	for _, s := range svcs.Items {
+		if s.Spec.Type != v1.ServiceTypeLoadBalancer {
+			continue
+		}
+		ss := ServiceStatus{Service: s.Namespace + "/" + s.Name}
+		for _, ing := range s.Status.LoadBalancer.Ingress {
+			ss.VIP = ing.IP
+			ss.MAC = neigh[ing.IP]
+			ss.Node = macToNode[ss.MAC]
+		}
+		out.Services = append(out.Services, ss)
+	}
+	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
+	sort.Slice(out.Services, func(i, j int) bool { return out.Services[i].Service < out.Services[j].Service })
+	return out, nil
+}
+
+// WriteTable prints the status as two tables.
+func (s *Status) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tDOMAIN\tSTATE\tREADY\tADDRESSES\tPOD CIDR\tROUTE\tPROVIDER ID")
+	for _, n := range s.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Domain), dash(n.DomainState), n.Ready,
+			dash(strings.Join(n.Addresses, ",")), dash(n.PodCIDR), dash(n.Route), dash(n.ProviderID))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC")
+	for _, v := range s.Services {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Service, dash(v.VIP), dash(v.Node), dash(v.MAC))
+	}
+	tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+type domInfo struct{ state, mac string }
+
+// domainInfo maps lab domain names to their state and MAC.
+func domainInfo() map[string]domInfo {
+	out := map[string]domInfo{}
+	c, err := libvirt.NewConnectReadOnly("qemu:///system")
+	if err != nil {
+		return out
+	}
+	defer c.Close()
+	doms, err := c.ListAllDomains(0)
+	if err != nil {
+		return out
+	}
+	for _, d := range doms {
+		name, _ := d.GetName()
+		state, _, _ := d.GetState()
+		info := domInfo{state: map[libvirt.DomainState]string{
+			libvirt.DOMAIN_RUNNING: "running", libvirt.DOMAIN_SHUTOFF: "shut-off", libvirt.DOMAIN_CRASHED: "crashed",
+			libvirt.DOMAIN_PAUSED: "paused", libvirt.DOMAIN_SHUTDOWN: "shutting-down"}[state]}
+		if desc, err := d.GetXMLDesc(0); err == nil {
+			var x libvirtxml.Domain
+			if x.Unmarshal(desc) == nil && x.Devices != nil {
+				for _, i := range x.Devices.Interfaces {
+					if i.MAC != nil {
+						info.mac = strings.ToLower(i.MAC.Address)
+						break
+					}
+				}
+			}
+		}
+		out[name] = info
+		d.Free()
+	}
+	return out
+}
+
+// ownedRoutes are the CCM's routes on the bridge: pod CIDR → gateway.
+func ownedRoutes() (map[string]string, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge})
+	if err != nil {
+		return nil, err
+	}
+	routes, err := m.List()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, r := range routes {
+		out[r.Dst.String()] = r.Gateway.String()
+	}
+	return out, nil
+}
+
+// vipNeighbours are the permanent neighbour entries on the bridge (the
+// CCM's entries for VIPs): IP → MAC.
+func vipNeighbours() map[string]string {
+	out := map[string]string{}
+	link, err := netlink.LinkByName(Bridge)
+	if err != nil {
+		return out
+	}
+	neighs, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+	if err != nil {
+		return out
+	}
+	for _, n := range neighs {
+		if n.State&netlink.NUD_PERMANENT == 0 || n.HardwareAddr == nil {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(n.IP); ok {
+			out[ip.Unmap().String()] = strings.ToLower(net.HardwareAddr(n.HardwareAddr).String())
+		}
+	}
+	return out
+}

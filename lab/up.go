@@ -1,0 +1,448 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/examples"
+	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/image"
+	"github.com/labcloud/labcloud/lab/libvirtd"
+)
+
+// Options configure Up.
+type Options struct {
+	Nodes int
+	Dir   string
+	// Repo is a labcloud checkout to build missing binaries from; default
+	// the current directory when it is one.
+	Repo string
+	// Out receives progress lines.
+	Out io.Writer
+}
+
+type upRun struct {
+	opts   Options
+	st     *State
+	start  time.Time
+	tokens []controlplane.Token // the guests' kubelet credentials
+}
+
+func (u *upRun) step(name string, f func() error) error {
+	t := time.Now()
+	fmt.Fprintf(u.opts.Out, "[%6.1fs] %s ...\n", time.Since(u.start).Seconds(), name)
+	if err := f(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	d := time.Since(t).Seconds()
+	u.st.Steps = append(u.st.Steps, Step{Name: name, Seconds: d})
+	_ = u.st.save()
+	fmt.Fprintf(u.opts.Out, "[%6.1fs] %s done in %.1fs\n", time.Since(u.start).Seconds(), name, d)
+	return nil
+}
+
+// Up brings the lab up. It must run as root inside the lab's network
+// namespace (cmd/labcloud arranges that). The daemons it starts outlive it.
+func Up(ctx context.Context, opts Options) (*State, error) {
+	if opts.Nodes < 1 || opts.Nodes > 250 {
+		return nil, fmt.Errorf("--nodes %d: want 1..250", opts.Nodes)
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Started: time.Now()}}
+	if err := u.st.save(); err != nil {
+		return nil, err
+	}
+	var (
+		ccmBin, labNodeBin string
+		art                image.Artifacts
+		cp                 *controlplane.ControlPlane
+		client             kubernetes.Interface
+	)
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		{"control-plane tools", func() (err error) { u.st.Tools, err = ensureTools(ctx, u.repo(), opts.Out); return err }},
+		{"build CCM and lab-node", func() (err error) { ccmBin, labNodeBin, err = ensureBinaries(ctx, u.repo()); return err }},
+		{"guest image", func() (err error) {
+			art, err = image.Build(ctx, image.Options{LabNode: labNodeBin, Out: filepath.Join(CacheDir(), "image")})
+			return err
+		}},
+		{"libvirtd", func() error {
+			release, err := libvirtd.Lock(ctx, func() {
+				fmt.Fprintln(opts.Out, "           waiting for an e2e run to release the host's libvirtd")
+			})
+			if err != nil {
+				return err
+			}
+			release()
+			holder, err := libvirtd.HoldLock(opts.Dir)
+			if err != nil {
+				return err
+			}
+			u.st.Pids["lock-holder"] = holder.Pid()
+			d, err := libvirtd.StartDetached(ctx, opts.Dir)
+			if err != nil {
+				return err
+			}
+			u.st.Pids["libvirtd"], u.st.Pids["virtlogd"] = d.Pids()
+			return nil
+		}},
+		{"libvirt network " + NetworkName, func() error { return defineNetwork() }},
+		{"etcd, kube-apiserver, kube-controller-manager", func() (err error) {
+			cp, client, err = u.startControlPlane(ctx)
+			return err
+		}},
+		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
+		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art) }},
+		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.Out) }},
+	}
+	for _, s := range steps {
+		if err := u.step(s.name, s.f); err != nil {
+			return u.st, err
+		}
+	}
+	fmt.Fprintf(opts.Out, "lab up in %.1fs\n", time.Since(u.start).Seconds())
+	return u.st, u.st.save()
+}
+
+func (u *upRun) repo() string {
+	if u.opts.Repo != "" {
+		return u.opts.Repo
+	}
+	wd, _ := os.Getwd()
+	return wd
+}
+
+// ensureTools finds the control-plane binaries, building them from the
+// module proxy (hack/build-tools.sh) when they are missing.
+func ensureTools(ctx context.Context, repo string, out io.Writer) (string, error) {
+	if d, err := controlplane.FindTools(); err == nil {
+		return d, nil
+	}
+	script := filepath.Join(repo, "hack", "build-tools.sh")
+	if _, err := os.Stat(script); err != nil {
+		return "", fmt.Errorf("control-plane binaries missing and no labcloud checkout to build them from (%s): run make tools", script)
+	}
+	cmd := exec.CommandContext(ctx, script)
+	cmd.Stderr = out
+	b, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// ensureBinaries returns the CCM and lab-node binaries: next to this
+// executable when they are there (make build), else built from repo.
+func ensureBinaries(ctx context.Context, repo string) (ccm, labNode string, err error) {
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		c, n := filepath.Join(dir, "libvirt-cloud-controller-manager"), filepath.Join(dir, "lab-node")
+		if isFile(c) && isFile(n) {
+			return c, n, nil
+		}
+	}
+	if !isFile(filepath.Join(repo, "go.mod")) {
+		return "", "", fmt.Errorf("libvirt-cloud-controller-manager and lab-node are not next to labcloud and %s is no checkout to build them from", repo)
+	}
+	bin := filepath.Join(CacheDir(), "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", "", err
+	}
+	ccm, labNode = filepath.Join(bin, "libvirt-cloud-controller-manager"), filepath.Join(bin, "lab-node")
+	build := exec.CommandContext(ctx, "go", "build", "-o", ccm, "./cmd/libvirt-cloud-controller-manager")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("build CCM: %w: %s", err, out)
+	}
+	if err := image.BuildLabNode(ctx, repo, labNode); err != nil {
+		return "", "", err
+	}
+	return ccm, labNode, nil
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+func defineNetwork() error {
+	c, err := libvirt.NewConnect("qemu:///system")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	xml := fmt.Sprintf(`<network>
+  <name>%s</name>
+  <bridge name='%s' stp='off' delay='0'/>
+  <forward mode='route'/>
+  <ip address='%s' netmask='255.255.255.0'>
+    <dhcp><range start='%s.100' end='%s.199'/></dhcp>
+  </ip>
+</network>`, NetworkName, Bridge, Gateway, subnet, subnet)
+	n, err := c.NetworkCreateXML(xml)
+	if err != nil {
+		return err
+	}
+	return n.Free()
+}
+
+func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPlane, kubernetes.Interface, error) {
+	var tokens []controlplane.Token
+	for i := 1; i <= u.opts.Nodes; i++ {
+		tokens = append(tokens, controlplane.Token{Token: controlplane.NewToken(), User: "system:node:" + nodeName(i), Groups: []string{"system:nodes"}})
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Tools:       u.st.Tools,
+		Dir:         filepath.Join(u.st.Dir, "controlplane"),
+		Address:     Gateway,
+		Port:        APIPort,
+		ClusterCIDR: ClusterCIDR,
+		Tokens:      tokens,
+		Daemon:      true,
+	})
+	for _, p := range cpProcesses(cp) {
+		u.st.Pids[p.Name] = p.Pid()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	u.st.Kubeconfig, u.st.APIServer = cp.AdminKube, cp.URL
+	u.tokens = tokens
+	client, err := adminClient(cp.AdminKube)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(u.st.Tools, "kubectl"), "--kubeconfig", cp.AdminKube, "apply", "-f", "-")
+	cmd.Stdin = bytes.NewReader(examples.RBAC)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, nil, fmt.Errorf("apply examples/rbac.yaml: %w: %s", err, out)
+	}
+	return cp, client, nil
+}
+
+func cpProcesses(cp *controlplane.ControlPlane) []*controlplane.Process {
+	if cp == nil {
+		return nil
+	}
+	return cp.Processes()
+}
+
+func adminClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return kubernetes.NewForConfig(cfg)
+}
+
+// cloudConfig is the CCM's --cloud-config in the lab.
+func cloudConfig() string {
+	return fmt.Sprintf(`region: lab
+hypervisors:
+  - uri: qemu:///system
+    zone: lab-host
+networks: [%s]
+routes:
+  bridge: %s
+loadBalancer:
+  bridge: %s
+  pools: [{name: lab, addresses: ["%s"]}]
+`, NetworkName, Bridge, Bridge, VIPPool)
+}
+
+func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
+	tr, err := client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "cloud-controller-manager",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for the CCM service account: %w", err)
+	}
+	kc := filepath.Join(u.st.Dir, "ccm.kubeconfig")
+	if err := cp.WriteKubeconfig(kc, "cloud-controller-manager", tr.Status.Token); err != nil {
+		return err
+	}
+	cfg := filepath.Join(u.st.Dir, "cloud-config.yaml")
+	if err := os.WriteFile(cfg, []byte(cloudConfig()), 0o600); err != nil {
+		return err
+	}
+	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "ccm.log"), bin,
+		"--kubeconfig", kc,
+		"--cloud-provider=libvirt", "--cloud-config", cfg,
+		"--leader-elect=false",
+		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
+		"--authentication-skip-lookup",
+		"--allocate-node-cidrs", "--cluster-cidr", ClusterCIDR, "--configure-cloud-routes",
+		"--node-monitor-period=2s")
+	if err != nil {
+		return err
+	}
+	u.st.Pids["libvirt-cloud-controller-manager"] = p.Pid()
+	time.Sleep(500 * time.Millisecond)
+	if p.Exited() {
+		return fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))
+	}
+	return nil
+}
+
+// accel picks the domain type: KVM when /dev/kvm exists and we are not a
+// guest ourselves (nested KVM hangs stock guests on these hosts), else TCG.
+// LABCLOUD_ACCEL=kvm|tcg overrides.
+func accel() string {
+	switch os.Getenv("LABCLOUD_ACCEL") {
+	case "kvm":
+		return "kvm"
+	case "tcg":
+		return "qemu"
+	}
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		return "qemu"
+	}
+	if cpu, err := os.ReadFile("/proc/cpuinfo"); err != nil || bytes.Contains(cpu, []byte(" hypervisor")) {
+		return "qemu"
+	}
+	return "kvm"
+}
+
+func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts) error {
+	c, err := libvirt.NewConnect("qemu:///system")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	nodes := filepath.Join(u.st.Dir, "nodes")
+	if err := os.MkdirAll(nodes, 0o700); err != nil {
+		return err
+	}
+	typ := accel()
+	for i := 1; i <= u.opts.Nodes; i++ {
+		name := nodeName(i)
+		initrd := filepath.Join(nodes, name+".initrd")
+		err := image.WriteNodeInitrd(initrd, art.Initramfs, image.NodeConfig{
+			NodeName:  name,
+			APIServer: fmt.Sprintf("https://%s:%d", Gateway, APIPort),
+			CACertPEM: string(cp.CAData),
+			Token:     u.tokens[i-1].Token,
+		})
+		if err != nil {
+			return err
+		}
+		xml := fmt.Sprintf(`<domain type='%s'>
+  <name>%s</name>
+  <memory unit='MiB'>192</memory>
+  <vcpu>1</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>%s</kernel>
+    <initrd>%s</initrd>
+    <cmdline>console=ttyS0 quiet panic=-1</cmdline>
+  </os>
+  <on_poweroff>destroy</on_poweroff>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <interface type='network'>
+      <mac address='%s'/>
+      <source network='%s'/>
+      <model type='virtio'/>
+    </interface>
+    <serial type='file'><source path='%s'/><target port='0'/></serial>
+    <memballoon model='none'/>
+  </devices>
+</domain>`, typ, name, art.Kernel, initrd, nodeMAC(i), NetworkName, filepath.Join(nodes, name+".console"))
+		d, err := c.DomainDefineXML(xml)
+		if err != nil {
+			return fmt.Errorf("define %s: %w", name, err)
+		}
+		err = d.Create()
+		d.Free()
+		if err != nil {
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		u.st.Nodes = append(u.st.Nodes, name)
+	}
+	fmt.Fprintf(u.opts.Out, "           %d guests (%s) booting; consoles in %s\n", u.opts.Nodes, map[string]string{"kvm": "KVM", "qemu": "TCG"}[typ], nodes)
+	return u.st.save()
+}
+
+// waitLab waits until every lab node is Ready and initialized by the CCM
+// (providerID), has a pod CIDR, and its route is on the bridge.
+func waitLab(ctx context.Context, client kubernetes.Interface, st *State, out io.Writer) error {
+	deadline := time.Now().Add(6 * time.Minute)
+	last := ""
+	for {
+		ready, msg := labReady(ctx, client, st)
+		if ready {
+			return nil
+		}
+		if msg != last {
+			fmt.Fprintf(out, "           waiting: %s\n", msg)
+			last = msg
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lab not ready after 6 minutes: %s (guest consoles in %s/nodes)", msg, st.Dir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func labReady(ctx context.Context, client kubernetes.Interface, st *State) (bool, string) {
+	routes, err := ownedRoutes()
+	if err != nil {
+		return false, err.Error()
+	}
+	var registered, initialized, cidr, routed int
+	for _, name := range st.Nodes {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		registered++
+		if n.Spec.ProviderID != "" && nodeIsReady(n) {
+			initialized++
+		}
+		if n.Spec.PodCIDR != "" {
+			cidr++
+			if _, ok := routes[n.Spec.PodCIDR]; ok {
+				routed++
+			}
+		}
+	}
+	total := len(st.Nodes)
+	msg := fmt.Sprintf("%d/%d registered, %d/%d Ready+initialized, %d/%d pod CIDRs, %d/%d routes", registered, total, initialized, total, cidr, total, routed, total)
+	return initialized == total && routed == total, msg
+}
+
+func nodeIsReady(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
