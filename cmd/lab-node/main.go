@@ -43,9 +43,9 @@ func run(ctx context.Context, configPath, root string) error {
 	if err != nil {
 		return err
 	}
-	host, err := nodeagent.ReadHost(root)
-	if err != nil {
-		return err
+	host := nodeagent.ReadHost(root)
+	if host.SystemUUID == "" {
+		logger.Info("Warning: no system UUID in /sys/class/dmi/id/product_uuid; the Node is registered without one")
 	}
 	logger.Info("Starting lab-node", "node", cfg.NodeName, "apiServer", cfg.APIServer,
 		"systemUUID", host.SystemUUID, "kernel", host.KernelVersion, "config", configPath)

@@ -39,7 +39,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Options configure an Agent. NodeName, Client, Interfaces and Host are
+// Options configure an Agent. NodeName, Client and Interfaces are
 // required; the rest has defaults.
 type Options struct {
 	NodeName string
@@ -90,9 +90,6 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Interfaces == nil {
 		errs = append(errs, errors.New("Interfaces is nil"))
-	}
-	if opts.Host.SystemUUID == "" {
-		errs = append(errs, errors.New("Host.SystemUUID is empty"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("nodeagent options: %w", err)
@@ -160,6 +157,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		svcsSynced:  services.Informer().HasSynced,
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Informers that synced empty deliver no event: sync once they have.
+		if cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced, services.Informer().HasSynced) {
+			poke(netTrigger, statusTrigger)
+		}
+	})
 	wg.Go(func() { loop(ctx, netTrigger, a.opts.ResyncInterval, netw.sync) })
 	wg.Go(func() { a.runLease(ctx) })
 	wg.Go(func() {
@@ -171,20 +174,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// triggerHandler pokes every channel on any event.
-func triggerHandler(chs ...chan struct{}) cache.ResourceEventHandler {
-	poke := func() {
-		for _, ch := range chs {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+// poke wakes the loops waiting on chs without blocking.
+func poke(chs ...chan struct{}) {
+	for _, ch := range chs {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}
+}
+
+// triggerHandler pokes every channel on any event.
+func triggerHandler(chs ...chan struct{}) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
+		AddFunc:    func(any) { poke(chs...) },
+		UpdateFunc: func(any, any) { poke(chs...) },
+		DeleteFunc: func(any) { poke(chs...) },
 	}
 }
 
@@ -316,18 +321,28 @@ func (a *Agent) patchStatus(ctx context.Context, node *v1.Node) (*v1.Node, error
 // A Node deleted behind lab-node's back is registered again.
 func (a *Agent) syncStatus(ctx context.Context, lister corelisters.NodeLister, synced cache.InformerSynced) error {
 	node := a.lastNode()
-	if synced() {
-		cached, err := lister.Get(a.opts.NodeName)
-		if err == nil && (node == nil || cached.ResourceVersion != node.ResourceVersion) {
-			node = cached
-		}
-	}
 	if node == nil {
 		return nil
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	updated, err := a.patchStatus(cctx, node)
+	var err error
+	if synced() {
+		cached, lerr := lister.Get(a.opts.NodeName)
+		switch {
+		case lerr == nil:
+			if cached.ResourceVersion != node.ResourceVersion {
+				node = cached
+			}
+		case apierrors.IsNotFound(lerr):
+			// Deleted, or not in the cache yet: ask.
+			node, err = a.opts.Client.CoreV1().Nodes().Get(cctx, a.opts.NodeName, metav1.GetOptions{})
+		}
+	}
+	var updated *v1.Node
+	if err == nil {
+		updated, err = a.patchStatus(cctx, node)
+	}
 	if apierrors.IsNotFound(err) {
 		klog.FromContext(ctx).Info("Node was deleted; registering it again")
 		a.setNode(nil)

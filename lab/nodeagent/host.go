@@ -3,8 +3,6 @@ package nodeagent
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,31 +11,25 @@ import (
 )
 
 // ReadHost reads the Host description from a Linux root (normally "/").
-// The system UUID is required: without it the cloud-controller-manager
-// cannot match the Node to its domain by UUID.
-func ReadHost(root string) (Host, error) {
-	read := func(p string) (string, error) {
-		b, err := os.ReadFile(filepath.Join(root, p))
-		return strings.TrimSpace(string(b)), err
+// Nothing is required: a field that cannot be read stays empty. Without a
+// system UUID (QEMU started without -uuid has none; libvirt always sets
+// one) the cloud-controller-manager matches the Node by name instead.
+func ReadHost(root string) Host {
+	read := func(p string) string {
+		b, _ := os.ReadFile(filepath.Join(root, p))
+		return strings.TrimSpace(string(b))
 	}
-	var h Host
-	var err error
-	if h.SystemUUID, err = read("sys/class/dmi/id/product_uuid"); err != nil {
-		return Host{}, fmt.Errorf("read system UUID: %w", err)
+	h := Host{
+		SystemUUID:    strings.ToLower(read("sys/class/dmi/id/product_uuid")),
+		BootID:        read("proc/sys/kernel/random/boot_id"),
+		KernelVersion: read("proc/sys/kernel/osrelease"),
+		MachineID:     read("etc/machine-id"),
+		CPUs:          runtime.NumCPU(),
 	}
-	h.SystemUUID = strings.ToLower(h.SystemUUID)
-	if h.SystemUUID == "" {
-		return Host{}, errors.New("read system UUID: /sys/class/dmi/id/product_uuid is empty")
-	}
-	// The rest is informational.
-	h.BootID, _ = read("proc/sys/kernel/random/boot_id")
-	h.KernelVersion, _ = read("proc/sys/kernel/osrelease")
-	h.MachineID, _ = read("etc/machine-id")
-	h.CPUs = runtime.NumCPU()
 	if mi, err := os.ReadFile(filepath.Join(root, "proc/meminfo")); err == nil {
 		h.MemoryBytes = memTotal(mi)
 	}
-	return h, nil
+	return h
 }
 
 // memTotal parses MemTotal (kB) from /proc/meminfo.

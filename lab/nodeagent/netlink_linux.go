@@ -17,10 +17,11 @@ type NetlinkInterfaces struct {
 
 var _ Interfaces = (*NetlinkInterfaces)(nil)
 
-// NewNetlinkInterfaces opens a netlink handle in the current network
-// namespace. Close releases it.
+// NewNetlinkInterfaces opens a route netlink handle in the current network
+// namespace. Close releases it. (Only NETLINK_ROUTE: a handle for every
+// family fails on kernels without xfrm_user loaded.)
 func NewNetlinkInterfaces() (*NetlinkInterfaces, error) {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink handle: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ListenFunc opens a TCP listener; net.ListenConfig.Listen by default.
+// ListenFunc opens a TCP listener, like net.ListenConfig.Listen.
 type ListenFunc func(ctx context.Context, network, address string) (net.Listener, error)
 
 // NameServer answers HTTP on a set of VIP:port listeners with the node name
@@ -29,10 +29,10 @@ type NameServer struct {
 }
 
 // NewNameServer returns a NameServer answering "<nodeName>\n". listen may be
-// nil.
+// nil: then the listeners bind with IP_FREEBIND/IPV6_FREEBIND.
 func NewNameServer(nodeName string, listen ListenFunc) *NameServer {
 	if listen == nil {
-		var lc net.ListenConfig
+		lc := net.ListenConfig{Control: freebind}
 		listen = lc.Listen
 	}
 	return &NameServer{
