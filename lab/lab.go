@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -93,6 +92,3 @@ func (s *State) save() error {
 // nodeName and nodeMAC give guest i (1-based) its fixed identity.
 func nodeName(i int) string { return fmt.Sprintf("%s%d", NodePrefix, i) }
 func nodeMAC(i int) string  { return fmt.Sprintf("52:54:00:7c:%02x:%02x", i>>8, i&0xff) }
-
-// gatewayAddr is the bridge's address, where guests reach the API server.
-func gatewayAddr() netip.Addr { return netip.MustParseAddr(Gateway) }

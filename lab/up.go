@@ -194,19 +194,7 @@ func defineNetwork() error {
 		return err
 	}
 	defer c.Close()
-	xml := fmt.Sprintf(`<network>
-  <name>%s</name>
-  <bridge name='%s' stp='off' delay='0'/>
-  <forward mode='route'/>
-  <ip address='%s' netmask='255.255.255.0'>
-    <dhcp><range start='%s.100' end='%s.199'/></dhcp>
-  </ip>
-</network>`, NetworkName, Bridge, Gateway, subnet, subnet)
-	n, err := c.NetworkCreateXML(xml)
-	if err != nil {
-		return err
-	}
-	return n.Free()
+	return libvirtd.CreateNetwork(c, NetworkName, Bridge, subnet, 100, 199)
 }
 
 func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPlane, kubernetes.Interface, error) {

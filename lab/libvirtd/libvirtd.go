@@ -239,3 +239,21 @@ func Lock(ctx context.Context, waiting func()) (release func(), err error) {
 		}
 	}
 }
+
+// CreateNetwork starts a transient routed libvirt network with a bridge
+// and DHCP: gateway prefix.1/24, leases prefix.first-prefix.last.
+func CreateNetwork(c *libvirt.Connect, name, bridge, prefix string, first, last int) error {
+	xml := fmt.Sprintf(`<network>
+  <name>%s</name>
+  <bridge name='%s' stp='off' delay='0'/>
+  <forward mode='route'/>
+  <ip address='%s.1' netmask='255.255.255.0'>
+    <dhcp><range start='%s.%d' end='%s.%d'/></dhcp>
+  </ip>
+</network>`, name, bridge, prefix, prefix, first, prefix, last)
+	n, err := c.NetworkCreateXML(xml)
+	if err != nil {
+		return fmt.Errorf("create network %s: %w", name, err)
+	}
+	return n.Free()
+}

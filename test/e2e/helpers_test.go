@@ -21,23 +21,6 @@ import (
 	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
-// defineNetwork creates a routed libvirt network with DHCP on prefix.0/24.
-func defineNetwork(c *libvirt.Connect, name, bridge, prefix string) error {
-	xml := fmt.Sprintf(`<network>
-  <name>%s</name>
-  <bridge name='%s' stp='off' delay='0'/>
-  <forward mode='route'/>
-  <ip address='%s.1' netmask='255.255.255.0'>
-    <dhcp><range start='%s.100' end='%s.250'/></dhcp>
-  </ip>
-</network>`, name, bridge, prefix, prefix, prefix)
-	n, err := c.NetworkCreateXML(xml)
-	if err != nil {
-		return fmt.Errorf("create network %s: %w", name, err)
-	}
-	return n.Free()
-}
-
 // randomMAC returns a MAC in QEMU's locally administered 52:54:00 range.
 func randomMAC() string {
 	b := make([]byte, 3)

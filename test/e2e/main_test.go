@@ -141,7 +141,7 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 		env.virt.Close()
 	}()
 	env.network, env.bridge = "lce2e", "lce2ebr0"
-	if err := defineNetwork(env.virt, env.network, env.bridge, "10.88.0"); err != nil {
+	if err := libvirtd.CreateNetwork(env.virt, env.network, env.bridge, "10.88.0", 100, 250); err != nil {
 		return 0, err
 	}
 
