@@ -88,7 +88,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 			art, err = image.Build(ctx, image.Options{LabNode: labNodeBin, Out: filepath.Join(CacheDir(), "image")})
 			return err
 		}},
-		{"libvirtd", func() error {
+		{"claim the host's libvirtd", func() error {
 			release, err := libvirtd.Lock(ctx, func() {
 				fmt.Fprintln(opts.Out, "           waiting for an e2e run to release the host's libvirtd")
 			})
@@ -101,6 +101,9 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 				return err
 			}
 			u.st.Pids["lock-holder"] = holder.Pid()
+			return nil
+		}},
+		{"libvirtd", func() error {
 			d, err := libvirtd.StartDetached(ctx, opts.Dir)
 			if err != nil {
 				return err

@@ -9,6 +9,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"strings"
+	"time"
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -78,6 +79,23 @@ type Domain struct {
 	Interfaces []Interface
 	// InstanceType is the override from the domain's metadata, if any.
 	InstanceType string
+	// RunningSince is when this process saw the domain start running; zero
+	// when it was already running when first seen. A guest that has just
+	// started is still booting: its Node's last report predates this.
+	RunningSince time.Time
+}
+
+// carryOver keeps what a fresh description cannot know from prev, the
+// previous snapshot of the same domain.
+func (d *Domain) carryOver(prev Domain, had bool, now time.Time) {
+	switch {
+	case d.State != StateRunning:
+		d.RunningSince = time.Time{}
+	case had && prev.State == StateRunning:
+		d.RunningSince = prev.RunningSince
+	case had:
+		d.RunningSince = now // it started since we last looked
+	}
 }
 
 // MetadataNamespace is the XML namespace of labcloud's domain metadata:

@@ -287,9 +287,14 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect) error {
 	old := h.domains
 	h.domains = newIndex()
 	var changed []Event
+	now := time.Now()
 	for _, d := range fresh {
+		prev, had := old.byUUID[d.UUID]
+		if had || h.synced {
+			d.carryOver(prev, had, now)
+		}
 		h.domains.put(d)
-		if prev, had := old.byUUID[d.UUID]; !had || prev.State != d.State {
+		if !had || prev.State != d.State {
 			changed = append(changed, Event{Domain: d})
 		}
 	}
@@ -343,7 +348,9 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 	delete(h.agent, ev.uuid)
 	if known {
 		if st, ok := stateFromEvent(ev.event, ev.detail); ok && st != d.State {
+			prev := d
 			d.State = st
+			d.carryOver(prev, true, time.Now())
 			h.domains.put(d)
 			h.mu.Unlock()
 			h.subs.publish(Event{Domain: d})
@@ -382,7 +389,9 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 		return
 	}
 	h.mu.Lock()
-	prev, had := h.domains.put(fresh)
+	prev, had := h.domains.byUUID[fresh.UUID]
+	fresh.carryOver(prev, had || h.synced, time.Now())
+	h.domains.put(fresh)
 	h.mu.Unlock()
 	if !had || prev.State != fresh.State {
 		h.subs.publish(Event{Domain: fresh})

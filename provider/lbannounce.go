@@ -26,12 +26,14 @@ const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
 const failoverResync = 30 * time.Second
 
 // candidates are the nodes that may answer for a VIP: their domain is
-// running and has a NIC on the bridge. The map gives that NIC's MAC.
+// running, has a NIC on the bridge, and the Node has reported since the
+// domain (re)started — until then the guest is still booting and its Ready
+// condition is the one from before. The map gives that NIC's MAC.
 func (l *loadBalancer) candidates(ctx context.Context, nodes []*v1.Node) map[string]net.HardwareAddr {
 	out := make(map[string]net.HardwareAddr, len(nodes))
 	for _, n := range nodes {
 		d, _, err := l.instances.find(ctx, n)
-		if err != nil || d.State != libvirtcloud.StateRunning {
+		if err != nil || d.State != libvirtcloud.StateRunning || lastReport(n).Before(d.RunningSince.Truncate(time.Second)) {
 			continue
 		}
 		for _, i := range d.Interfaces {
@@ -275,6 +277,16 @@ func (l *loadBalancer) replaceAll(ctx context.Context) {
 			klog.FromContext(ctx).Error(err, "Cannot place VIP", "ip", ip)
 		}
 	}
+}
+
+// lastReport is the Node's last Ready heartbeat.
+func lastReport(n *v1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 func nodeReady(n *v1.Node) bool {
