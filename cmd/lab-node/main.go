@@ -24,10 +24,11 @@ func main() {
 	klog.InitFlags(nil)
 	configPath := flag.String("config", nodeconfig.DefaultPath, "node configuration file (JSON)")
 	root := flag.String("host-root", "/", "root of the /sys, /proc and /etc to read the host description from")
+	probeAddr := flag.String("probe-addr", fmt.Sprintf("0.0.0.0:%d", nodeagent.ProbePort), "address of the reachability probe (GET / and /reach?addr=IP); empty turns it off")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *configPath, *root)
+	err := run(ctx, *configPath, *root, *probeAddr)
 	stop()
 	if err != nil {
 		klog.ErrorS(err, "lab-node failed")
@@ -37,7 +38,7 @@ func main() {
 	klog.Flush()
 }
 
-func run(ctx context.Context, configPath, root string) error {
+func run(ctx context.Context, configPath, root, probeAddr string) error {
 	logger := klog.FromContext(ctx)
 	cfg, err := nodeconfig.Load(configPath)
 	if err != nil {
@@ -65,6 +66,7 @@ func run(ctx context.Context, configPath, root string) error {
 		Client:     client,
 		Interfaces: ifs,
 		Host:       host,
+		ProbeAddr:  probeAddr,
 	})
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -53,6 +54,9 @@ type Options struct {
 	Host Host
 	// Listen opens the VIP listeners; net.ListenConfig.Listen if nil.
 	Listen ListenFunc
+	// ProbeAddr is where the reachability probe (see Probe) listens, e.g.
+	// "0.0.0.0:9099"; empty means no probe.
+	ProbeAddr string
 
 	// LeaseRenewInterval is how often the Lease is renewed (10 s).
 	LeaseRenewInterval time.Duration
@@ -119,6 +123,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	defer a.server.Close()
 
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // first: whatever Run started stops on every return
+	if a.opts.ProbeAddr != "" {
+		// Up before registration: reachability does not depend on the API server.
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", a.opts.ProbeAddr)
+		if err != nil {
+			return fmt.Errorf("probe listener on %s: %w", a.opts.ProbeAddr, err)
+		}
+		logger.Info("Serving reachability probe", "address", ln.Addr())
+		// Peers listen on the same port as this node.
+		probe := NewProbe(a.opts.NodeName, ln.Addr().(*net.TCPAddr).Port)
+		wg.Go(func() { ServeProbe(ctx, ln, probe) })
+	}
+
 	if _, err := a.register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -156,7 +177,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		svcs:        services.Lister(),
 		svcsSynced:  services.Informer().HasSynced,
 	}
-	var wg sync.WaitGroup
 	wg.Go(func() {
 		// Informers that synced empty deliver no event: sync once they have.
 		if cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced, services.Informer().HasSynced) {
