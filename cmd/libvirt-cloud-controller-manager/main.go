@@ -8,12 +8,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/app/config"
+	nodecontroller "k8s.io/cloud-provider/controllers/node"
 	"k8s.io/cloud-provider/names"
 	"k8s.io/cloud-provider/options"
 	"k8s.io/component-base/cli"
@@ -71,4 +73,10 @@ func setDefaults(o *options.CloudControllerManagerOptions) {
 	o.Generic.ClientConnection.Burst = 1000
 	o.NodeController.ConcurrentNodeSyncs = 10
 	o.ServiceController.ConcurrentServiceSyncs = 10
+	// The cloud-node controller updates a new Node from its informer's copy;
+	// kube-controller-manager writes the same Node at the same moment (pod
+	// CIDR, not-ready taint), so the first update usually conflicts. The
+	// upstream retry waits 50-100 ms before trying again, which is most of
+	// a Node's initialization time; the informer catches up within a few ms.
+	nodecontroller.UpdateNodeSpecBackoff = wait.Backoff{Steps: 50, Duration: 5 * time.Millisecond, Jitter: 1.0}
 }
