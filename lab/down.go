@@ -24,12 +24,17 @@ func Down(dir string, out io.Writer) error {
 		st = &State{Dir: dir, Pids: map[string]int{}} // remove what can be found anyway
 	}
 	var errs []error
-	removeGuests(out)
-	// Control plane and CCM first, then libvirt's daemons.
-	for _, name := range []string{"libvirt-cloud-controller-manager", "kube-controller-manager", "kube-apiserver", "etcd", "libvirtd", "virtlogd", "flock"} {
+	if !st.Light { // a light lab has no libvirtd: qemu:///system would be someone else's
+		removeGuests(out)
+	}
+	// The light lab's simulator, control plane and CCM first, then libvirt's daemons.
+	for _, name := range []string{"labcloud", "libvirt-cloud-controller-manager", "kube-controller-manager", "kube-apiserver", "etcd", "libvirtd", "virtlogd", "flock"} {
 		key := name
-		if name == "flock" {
+		switch name {
+		case "flock":
 			key = "lock-holder"
+		case "labcloud":
+			key = SimulatorPid
 		}
 		if pid := st.Pids[key]; pid > 0 && isProcess(pid, name) {
 			fmt.Fprintf(out, "stopping %s (pid %d)\n", name, pid)

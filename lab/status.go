@@ -63,7 +63,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	routes, _ := ownedRoutes()
-	domains := domainInfo()
+	domains := domainInfo(libvirtURI(st))
 	macToNode := map[string]string{}
 	for _, n := range nodes.Items {
 		ns := NodeStatus{Name: n.Name, ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, Ready: "Unknown"}
@@ -134,10 +134,10 @@ func dash(s string) string {
 
 type domInfo struct{ state, mac string }
 
-// domainInfo maps lab domain names to their state and MAC.
-func domainInfo() map[string]domInfo {
+// domainInfo maps lab domain names on uri to their state and MAC.
+func domainInfo(uri string) map[string]domInfo {
 	out := map[string]domInfo{}
-	c, err := libvirt.NewConnectReadOnly("qemu:///system")
+	c, err := libvirt.NewConnectReadOnly(uri)
 	if err != nil {
 		return out
 	}

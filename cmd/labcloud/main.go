@@ -35,7 +35,7 @@ func root() *cobra.Command {
 	dir := lab.DefaultStateDir
 	cmd := &cobra.Command{Use: "labcloud", Short: "A simulated cloud for the libvirt cloud-controller-manager", SilenceUsage: true, SilenceErrors: true}
 	cmd.PersistentFlags().StringVar(&dir, "state-dir", dir, "where the running lab keeps its files")
-	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(), benchCmd(&dir))
+	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(), benchCmd(&dir), simulateCmd())
 	return cmd
 }
 
@@ -62,7 +62,7 @@ func inNetns(ctx context.Context, args ...string) error {
 }
 
 func upCmd(dir *string) *cobra.Command {
-	nodes, keep := 3, false
+	nodes, keep, light := 3, false, false
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Bring the lab up: namespace, libvirtd, network, control plane, CCM, N guests",
@@ -71,14 +71,21 @@ func upCmd(dir *string) *cobra.Command {
 				return err
 			}
 			if os.Getenv(insideEnv) != "" {
-				_, err := lab.Up(cmd.Context(), lab.Options{Nodes: nodes, Dir: *dir, Out: cmd.OutOrStdout()})
+				opts := lab.Options{Nodes: nodes, Dir: *dir, Out: cmd.OutOrStdout()}
+				if light {
+					_, err := lab.UpLight(cmd.Context(), opts)
+					return err
+				}
+				_, err := lab.Up(cmd.Context(), opts)
 				return err
 			}
 			if _, err := lab.LoadState(*dir); err == nil {
 				return fmt.Errorf("a lab is already up (state in %s); run labcloud down first", *dir)
 			}
-			if err := ensureHostPackages(cmd); err != nil {
-				return err
+			if !light { // a light lab runs neither libvirtd nor QEMU
+				if err := ensureHostPackages(cmd); err != nil {
+					return err
+				}
 			}
 			_ = exec.Command("ip", "netns", "del", lab.Netns).Run() // a leftover of a crashed run
 			if out, err := exec.Command("ip", "netns", "add", lab.Netns).CombinedOutput(); err != nil {
@@ -87,15 +94,21 @@ func upCmd(dir *string) *cobra.Command {
 			if out, err := exec.Command("ip", "-n", lab.Netns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 				return fmt.Errorf("lo up in %s: %v: %s", lab.Netns, err, out)
 			}
-			if err := inNetns(cmd.Context(), "up", "--nodes", fmt.Sprint(nodes), "--state-dir", *dir); err != nil {
+			args := []string{"up", "--nodes", fmt.Sprint(nodes), "--state-dir", *dir}
+			if light {
+				args = append(args, "--light")
+			}
+			if err := inNetns(cmd.Context(), args...); err != nil {
 				if !keep {
 					fmt.Fprintln(cmd.ErrOrStderr(), "labcloud up failed; removing what it made (use --keep-on-failure to inspect)")
 					_ = lab.Down(*dir, cmd.ErrOrStderr())
 				}
 				return fmt.Errorf("up: %w", err)
 			}
-			if err := inNetns(cmd.Context(), "status", "--state-dir", *dir); err != nil {
-				return err
+			if !light { // a light up ends with a status summary of its own
+				if err := inNetns(cmd.Context(), "status", "--state-dir", *dir); err != nil {
+					return err
+				}
 			}
 			st, err := lab.LoadState(*dir)
 			if err != nil {
@@ -105,8 +118,35 @@ func upCmd(dir *string) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&nodes, "nodes", nodes, "number of guest VMs (nodes)")
+	cmd.Flags().IntVar(&nodes, "nodes", nodes, "number of nodes: guest VMs, or simulated nodes with --light")
 	cmd.Flags().BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
+	cmd.Flags().BoolVar(&light, "light", light, fmt.Sprintf("no guests and no libvirtd: libvirt's test driver and simulated nodes (up to %d)", lab.MaxLightNodes))
+	return cmd
+}
+
+// simulateCmd is the light lab's simulated kubelets; `up --light` starts it
+// as a daemon inside the lab's namespace.
+func simulateCmd() *cobra.Command {
+	var (
+		kubeconfig string
+		opts       lab.SimOptions
+	)
+	cmd := &cobra.Command{
+		Use:    "simulate",
+		Short:  "Register and heartbeat the light lab's simulated nodes (started by up --light)",
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, err := lab.SimClient(kubeconfig)
+			if err != nil {
+				return err
+			}
+			opts.Client = client
+			return lab.Simulate(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "the simulator's kubeconfig")
+	cmd.Flags().IntVar(&opts.Nodes, "nodes", 0, "number of simulated nodes")
+	cmd.Flags().DurationVar(&opts.Heartbeat, "heartbeat", 0, "how often each node's Lease is renewed")
 	return cmd
 }
 

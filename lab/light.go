@@ -1,0 +1,359 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/examples"
+	"github.com/labcloud/labcloud/lab/controlplane"
+)
+
+// Light mode: no guests and no libvirtd. The CCM talks to libvirt's test
+// driver, whose fixture holds one running domain per node, and a simulator
+// process registers the Nodes as kubelets would. Only the API server's
+// loopback address is used, so the namespace needs no bridge.
+const (
+	MaxLightNodes = 10000
+	// lightClusterCIDR has room for MaxLightNodes /24 pod CIDRs and stays
+	// clear of the service range (10.96.0.0/16).
+	lightClusterCIDR = "10.128.0.0/10"
+	// The fixture's network: the test driver's guest agent answers with an
+	// address derived from it (network + 2 + 20*(id-1)), so a /12 keeps
+	// MaxLightNodes addresses distinct.
+	lightNetAddr, lightNetMask = "10.208.0.1", "255.240.0.0"
+	lightZone                  = "lab-host"
+	simulatorUser              = "labcloud-simulator"
+	// SimulatorPid is the State.Pids key of the simulator process.
+	SimulatorPid = "simulator"
+)
+
+// lightNodeName names node i (1-based) of n, zero-padded so that names sort
+// in node order.
+func lightNodeName(i, n int) string {
+	return fmt.Sprintf("%s%0*d", NodePrefix, len(strconv.Itoa(n)), i)
+}
+
+// fixtureUUID is the UUID of node i's domain, which the simulated node
+// reports as its system UUID.
+func fixtureUUID(i int) string { return fmt.Sprintf("1abc0000-0000-4000-8000-%012d", i) }
+
+func fixturePath(dir string) string { return filepath.Join(dir, "fixture.xml") }
+
+// libvirtURI is the hypervisor the lab's CCM (and status) talks to.
+func libvirtURI(st *State) string {
+	if st.Light {
+		return "test://" + fixturePath(st.Dir)
+	}
+	return "qemu:///system"
+}
+
+// writeFixture writes a test-driver fixture of n running domains, one per
+// light-mode node, in a format libvirt 9.0 accepts.
+func writeFixture(path string, n int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("test-driver fixture: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintf(w, `<node>
+  <cpu><mhz>2000</mhz><model>x86_64</model><active>64</active><total>64</total><nodes>1</nodes><sockets>1</sockets><cores>64</cores><threads>1</threads></cpu>
+  <memory>1073741824</memory>
+  <network><name>%s</name><uuid>1abc0000-0000-4000-8000-ffffffffffff</uuid><bridge name='%s'/><forward mode='route'/><ip address='%s' netmask='%s'/></network>
+`, NetworkName, Bridge, lightNetAddr, lightNetMask)
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(w, `  <domain type='test'><name>%s</name><uuid>%s</uuid><memory>2097152</memory><currentMemory>2097152</currentMemory><vcpu>2</vcpu><os><type arch='x86_64'>hvm</type></os><devices><interface type='network'><mac address='%s'/><source network='%s'/></interface></devices></domain>
+`, lightNodeName(i, n), fixtureUUID(i), nodeMAC(i), NetworkName)
+	}
+	fmt.Fprintln(w, "</node>")
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("test-driver fixture %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// heartbeatFor is how often the simulator renews each Lease: every 10 s as
+// a kubelet does for small labs, slower for big ones so that the API server
+// sees at most ~25 renewals a second.
+func heartbeatFor(n int) time.Duration {
+	return min(max(time.Duration(n)*time.Second/25, 10*time.Second), 5*time.Minute)
+}
+
+// gracePeriodFor is kube-controller-manager's --node-monitor-grace-period
+// for that heartbeat: its default (50 s), or four heartbeats if longer.
+func gracePeriodFor(heartbeat time.Duration) time.Duration {
+	return max(50*time.Second, 4*heartbeat)
+}
+
+// UpLight brings the light lab up: Up's flow with other steps. It runs as
+// root inside the lab's namespace; the daemons it starts outlive it.
+func UpLight(ctx context.Context, opts Options) (*State, error) {
+	if opts.Nodes < 1 || opts.Nodes > MaxLightNodes {
+		return nil, fmt.Errorf("--light --nodes %d: want 1..%d", opts.Nodes, MaxLightNodes)
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	st := &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: true, Started: time.Now()}
+	u := &upRun{opts: opts, start: time.Now(), st: st}
+	if err := st.save(); err != nil {
+		return nil, err
+	}
+	heartbeat := heartbeatFor(opts.Nodes)
+	simToken := controlplane.NewToken()
+	var (
+		ccmBin string
+		cp     *controlplane.ControlPlane
+		client kubernetes.Interface
+	)
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		{"control-plane tools", func() (err error) { st.Tools, err = ensureTools(ctx, u.repo(), opts.Out); return err }},
+		{"build CCM", func() (err error) { ccmBin, _, err = ensureBinaries(ctx, u.repo()); return err }},
+		{fmt.Sprintf("test-driver fixture of %d domains", opts.Nodes), func() error {
+			for i := 1; i <= opts.Nodes; i++ {
+				st.Nodes = append(st.Nodes, lightNodeName(i, opts.Nodes))
+			}
+			return writeFixture(fixturePath(st.Dir), opts.Nodes)
+		}},
+		{"etcd, kube-apiserver, kube-controller-manager", func() (err error) {
+			cp, client, err = u.startLightControlPlane(ctx, simToken, gracePeriodFor(heartbeat))
+			return err
+		}},
+		{"libvirt-cloud-controller-manager (test driver)", func() error { return u.startLightCCM(ctx, cp, client, ccmBin) }},
+		{fmt.Sprintf("simulator of %d nodes", opts.Nodes), func() error { return u.startSimulator(cp, simToken, heartbeat) }},
+		{"nodes registered, initialized", func() error { return waitLight(ctx, client, st, opts.Out) }},
+	}
+	for _, s := range steps {
+		if err := u.step(s.name, s.f); err != nil {
+			return st, err
+		}
+	}
+	fmt.Fprintf(opts.Out, "light lab up in %.1fs (leases renewed every %s)\n\n", time.Since(u.start).Seconds(), heartbeat)
+	if err := st.save(); err != nil {
+		return st, err
+	}
+	s, err := GetStatus(ctx, st)
+	if err != nil {
+		return st, err
+	}
+	s.WriteSummary(opts.Out, 20)
+	return st, nil
+}
+
+func (u *upRun) startLightControlPlane(ctx context.Context, simToken string, grace time.Duration) (*controlplane.ControlPlane, kubernetes.Interface, error) {
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Tools:                 u.st.Tools,
+		Dir:                   filepath.Join(u.st.Dir, "controlplane"),
+		Address:               "127.0.0.1",
+		Port:                  APIPort,
+		ClusterCIDR:           lightClusterCIDR,
+		Tokens:                []controlplane.Token{{Token: simToken, User: simulatorUser}},
+		ControllerManagerArgs: []string{"--node-monitor-grace-period", grace.String()},
+		Daemon:                true,
+	})
+	for _, p := range cpProcesses(cp) {
+		u.st.Pids[p.Name] = p.Pid()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	u.st.Kubeconfig, u.st.APIServer = cp.AdminKube, cp.URL
+	client, err := adminClient(cp.AdminKube)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(u.st.Tools, "kubectl"), "--kubeconfig", cp.AdminKube, "apply", "-f", "-")
+	cmd.Stdin = bytes.NewReader(examples.RBAC)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, nil, fmt.Errorf("apply examples/rbac.yaml: %w: %s", err, out)
+	}
+	if err := grantSimulator(ctx, client); err != nil {
+		return nil, nil, err
+	}
+	return cp, client, nil
+}
+
+// grantSimulator lets the simulator do what its kubelets do: create Nodes
+// and create and renew their Leases; nothing else.
+func grantSimulator(ctx context.Context, client kubernetes.Interface) error {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "labcloud:simulator"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"create", "get"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "patch"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "labcloud:simulator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: simulatorUser}},
+	}
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("ClusterRole %s: %w", role.Name, err)
+	}
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("ClusterRoleBinding %s: %w", binding.Name, err)
+	}
+	return nil
+}
+
+// lightCloudConfig: the test driver keeps no DHCP leases, but its guest
+// agent answers; no routes and no load balancers without a bridge.
+func lightCloudConfig(st *State) string {
+	return fmt.Sprintf("region: lab\nhypervisors:\n  - uri: %s\n    zone: %s\naddressSources: [guest-agent]\n", libvirtURI(st), lightZone)
+}
+
+func (u *upRun) startLightCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
+	tr, err := client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "cloud-controller-manager",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for the CCM service account: %w", err)
+	}
+	kc := filepath.Join(u.st.Dir, "ccm.kubeconfig")
+	if err := cp.WriteKubeconfig(kc, "cloud-controller-manager", tr.Status.Token); err != nil {
+		return err
+	}
+	cfg := filepath.Join(u.st.Dir, "cloud-config.yaml")
+	if err := os.WriteFile(cfg, []byte(lightCloudConfig(u.st)), 0o600); err != nil {
+		return err
+	}
+	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "ccm.log"), bin,
+		"--kubeconfig", kc,
+		"--cloud-provider=libvirt", "--cloud-config", cfg,
+		"--leader-elect=false",
+		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
+		"--authentication-skip-lookup",
+		// Nothing to route or balance without a bridge.
+		"--controllers=*,-node-route-controller,-service-lb-controller")
+	if err != nil {
+		return err
+	}
+	u.st.Pids["libvirt-cloud-controller-manager"] = p.Pid()
+	time.Sleep(500 * time.Millisecond)
+	if p.Exited() {
+		return fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))
+	}
+	return nil
+}
+
+// startSimulator starts `labcloud simulate` as a daemon in this namespace.
+func (u *upRun) startSimulator(cp *controlplane.ControlPlane, token string, heartbeat time.Duration) error {
+	kc := filepath.Join(u.st.Dir, "simulator.kubeconfig")
+	if err := cp.WriteKubeconfig(kc, simulatorUser, token); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the labcloud binary for the simulator: %w", err)
+	}
+	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "simulator.log"), self, "simulate",
+		"--kubeconfig", kc, "--nodes", strconv.Itoa(u.opts.Nodes), "--heartbeat", heartbeat.String())
+	if err != nil {
+		return err
+	}
+	u.st.Pids[SimulatorPid] = p.Pid()
+	time.Sleep(200 * time.Millisecond)
+	if p.Exited() {
+		return fmt.Errorf("the simulator exited at start:\n%s", p.Tail(20))
+	}
+	return nil
+}
+
+// lightProgress counts the light lab's nodes by how far they got.
+type lightProgress struct{ registered, initialized, ready int }
+
+func (p lightProgress) String() string {
+	return fmt.Sprintf("%d registered, %d initialized (providerID, zone, no uninitialized taint), %d Ready", p.registered, p.initialized, p.ready)
+}
+
+func countLight(nodes []v1.Node) lightProgress {
+	var p lightProgress
+	for i := range nodes {
+		n := &nodes[i]
+		p.registered++
+		if n.Spec.ProviderID != "" && n.Labels[v1.LabelTopologyZone] == lightZone && !tainted(n, "node.cloudprovider.kubernetes.io/uninitialized") {
+			p.initialized++
+		}
+		if nodeIsReady(n) {
+			p.ready++
+		}
+	}
+	return p
+}
+
+// waitLight waits until every node is registered, initialized by the CCM
+// and Ready, printing progress at most every 2 s.
+func waitLight(ctx context.Context, client kubernetes.Interface, st *State, out io.Writer) error {
+	total := len(st.Nodes)
+	timeout := 3*time.Minute + time.Duration(total)*100*time.Millisecond
+	deadline := time.Now().Add(timeout)
+	var cur, printed lightProgress
+	var printedAt time.Time
+	for {
+		// From the API server's watch cache: cheap even for thousands.
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err == nil {
+			cur = countLight(list.Items)
+			if cur.initialized == total && cur.ready == total {
+				fmt.Fprintf(out, "           %s\n", cur)
+				return nil
+			}
+			if cur != printed && time.Since(printedAt) >= 2*time.Second {
+				fmt.Fprintf(out, "           waiting: %s of %d\n", cur, total)
+				printed, printedAt = cur, time.Now()
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("light lab not ready after %s: %s of %d (logs in %s)", timeout, cur, total, st.Dir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// WriteSummary writes the status table, or for more than rows nodes a
+// summary line and the table of the first rows nodes.
+func (s *Status) WriteSummary(w io.Writer, rows int) {
+	if len(s.Nodes) <= rows {
+		s.WriteTable(w)
+		return
+	}
+	var ready, initialized int
+	for _, n := range s.Nodes {
+		if n.Ready == "True" {
+			ready++
+		}
+		if n.ProviderID != "" {
+			initialized++
+		}
+	}
+	fmt.Fprintf(w, "%d nodes: %d Ready, %d with a providerID; the first %d (labcloud status lists them all):\n\n", len(s.Nodes), ready, initialized, rows)
+	head := *s
+	head.Nodes = s.Nodes[:rows]
+	head.WriteTable(w)
+}
