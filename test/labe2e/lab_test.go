@@ -3,6 +3,7 @@
 package labe2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/nodeagent"
 )
 
 type labcloud struct {
@@ -72,7 +74,10 @@ func eventually(t *testing.T, what string, timeout, interval time.Duration, f fu
 	}
 }
 
-func TestLab(t *testing.T) {
+// newLabcloud builds labcloud, the CCM and lab-node into a temporary
+// directory and runs `labcloud down` when the test ends.
+func newLabcloud(t *testing.T) *labcloud {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the lab test needs root (network namespace, libvirtd, QEMU); run `sudo make test`")
 	}
@@ -91,7 +96,36 @@ func TestLab(t *testing.T) {
 			t.Errorf("labcloud down: %v\n%s", err, out)
 		}
 	})
+	return l
+}
 
+// downTwiceLeavesNothing runs labcloud down twice and checks that the
+// namespace, the state directory and every process in pids are gone.
+func (l *labcloud) downTwiceLeavesNothing(pids map[string]int) {
+	l.t.Helper()
+	// A pid is only the same process if its command line is the same.
+	cmdlines := map[string][]byte{}
+	for name, pid := range pids {
+		cmdlines[name], _ = os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	}
+	l.must(5*time.Minute, "down")
+	l.must(5*time.Minute, "down")
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), lab.Netns+" ") || strings.HasPrefix(string(out), lab.Netns) {
+		l.t.Errorf("network namespace %s left behind: %s", lab.Netns, out)
+	}
+	if _, err := os.Stat(l.dir); !os.IsNotExist(err) {
+		l.t.Errorf("state directory %s left behind", l.dir)
+	}
+	for name, pid := range pids {
+		// A zombie (empty command line) has ended; init reaps it.
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && len(cmd) > 0 && bytes.Equal(cmd, cmdlines[name]) {
+			l.t.Errorf("%s (pid %d) still runs after down", name, pid)
+		}
+	}
+}
+
+func TestLab(t *testing.T) {
+	l := newLabcloud(t)
 	start := time.Now()
 	out := l.must(20*time.Minute, "up", "--nodes", "2")
 	t.Logf("labcloud up --nodes 2 took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
@@ -101,14 +135,16 @@ func TestLab(t *testing.T) {
 	if len(s.Nodes) != 2 {
 		t.Fatalf("status shows %d nodes, want 2: %+v", len(s.Nodes), s.Nodes)
 	}
-	podAddr := map[string]string{}
+	podAddr, internalIP := map[string]string{}, map[string]string{}
 	for _, n := range s.Nodes {
 		if !strings.HasPrefix(n.ProviderID, "libvirt://") || n.Ready != "True" || n.DomainState != "running" {
 			t.Errorf("node %s not initialized/ready/running: %+v", n.Name, n)
 		}
 		hasLease := false
 		for _, a := range n.Addresses {
-			hasLease = hasLease || strings.HasPrefix(a, "InternalIP=10.123.0.1")
+			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok && strings.HasPrefix(ip, "10.123.0.1") {
+				hasLease, internalIP[n.Name] = true, ip
+			}
 		}
 		if !hasLease {
 			t.Errorf("node %s has no InternalIP from the lab's DHCP range: %v", n.Name, n.Addresses)
@@ -126,6 +162,25 @@ func TestLab(t *testing.T) {
 			}
 			return ""
 		})
+	}
+	// ... and from every other node: lab-node's probe on node A fetches
+	// node B's probe at B's pod address (guest A -> host gateway -> pod-CIDR
+	// route -> guest B), which answers with B's name.
+	for a, aIP := range internalIP {
+		for b, bPod := range podAddr {
+			if a == b {
+				continue
+			}
+			url := fmt.Sprintf("http://%s:%d/reach?addr=%s", aIP, nodeagent.ProbePort, bPod)
+			eventually(t, a+" reaches "+b+"'s pod address "+bPod, time.Minute, time.Second, func() string {
+				out, err := l.run(10*time.Second, "exec", "--", "curl", "-sS", "--max-time", "5", url)
+				if got := strings.TrimSpace(out); err != nil || got != b {
+					return fmt.Sprintf("curl %s: %q %v", url, out, err)
+				}
+				return ""
+			})
+			t.Logf("%s (%s) reaches %s's pod address %s", a, aIP, b, bPod)
+		}
 	}
 
 	// A LoadBalancer VIP answers HTTP with a node name.
@@ -188,15 +243,12 @@ func TestLab(t *testing.T) {
 	})
 
 	// down removes everything, twice.
-	l.must(5*time.Minute, "down")
-	l.must(5*time.Minute, "down")
-	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), lab.Netns+" ") || strings.HasPrefix(string(out), lab.Netns) {
-		t.Errorf("network namespace %s left behind: %s", lab.Netns, out)
+	st, err := lab.LoadState(l.dir)
+	if err != nil {
+		t.Fatal(err)
 	}
+	l.downTwiceLeavesNothing(st.Pids)
 	if out, err := exec.Command("pgrep", "-f", "guest="+lab.NodePrefix).Output(); err == nil {
 		t.Errorf("QEMU processes of lab guests left behind: %s", out)
-	}
-	if _, err := os.Stat(l.dir); !os.IsNotExist(err) {
-		t.Errorf("state directory %s left behind", l.dir)
 	}
 }
