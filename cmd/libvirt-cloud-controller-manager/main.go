@@ -78,5 +78,5 @@ func setDefaults(o *options.CloudControllerManagerOptions) {
 	// CIDR, not-ready taint), so the first update usually conflicts. The
 	// upstream retry waits 50-100 ms before trying again, which is most of
 	// a Node's initialization time; the informer catches up within a few ms.
-	nodecontroller.UpdateNodeSpecBackoff = wait.Backoff{Steps: 50, Duration: 5 * time.Millisecond, Jitter: 1.0}
+	nodecontroller.UpdateNodeSpecBackoff = wait.Backoff{Steps: 100, Duration: 2 * time.Millisecond, Jitter: 1.0}
 }
