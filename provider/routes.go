@@ -1,22 +1,329 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/netroutes"
 )
 
-// routes is being written (issue: Routes); until it lands the provider
-// refuses a routes.bridge setting rather than pretending.
-type routes struct{ cloudprovider.Routes }
+// Routes: the upstream route controller decides which pod CIDR goes to
+// which Node; this file turns its calls into owned kernel routes
+// "<podCIDR> via <node InternalIP> dev <bridge> proto <protocol>" through a
+// netroutes.Manager. The decisions (which gateway, which Node a route
+// belongs to) are pure functions below; the methods only do the I/O.
+//
+// One libvirt host serves one cluster, so the clusterName argument of every
+// method is ignored.
 
-func newRoutes(RoutesConfig, []Hypervisor) (*routes, error) {
-	return nil, errors.New("routes.bridge: pod-CIDR routes are not implemented in this build")
+// routeTable is what the provider needs from the kernel's routes.
+// *netroutes.Manager satisfies it.
+type routeTable interface {
+	// Subnets are the bridge's global subnets: next hops must be on them.
+	Subnets() ([]netip.Prefix, error)
+	// List returns the owned routes only.
+	List() ([]netroutes.Route, error)
+	// Ensure makes r the only owned route to r.Dst, writing nothing if it is.
+	Ensure(r netroutes.Route) error
+	// Remove deletes the owned route to r.Dst via r.Gateway (any gateway if
+	// unset); a missing route is not an error.
+	Remove(r netroutes.Route) error
 }
 
-func (r *routes) start(context.Context, kubernetes.Interface, informers.SharedInformerFactory) error {
+// Event reasons on Nodes.
+const (
+	// EventRouteNotCreated: the Node's pod CIDR cannot be routed on the
+	// bridge (typically: the Node has no InternalIP on the bridge's subnet).
+	EventRouteNotCreated = "RouteNotCreated"
+)
+
+// nodeCacheTimeout bounds how long ListRoutes waits for the Node cache: an
+// unsynced cache would make every route look orphaned.
+const nodeCacheTimeout = 30 * time.Second
+
+var errNoRoute = errors.New("no route")
+
+type routes struct {
+	bridge string
+	table  routeTable
+
+	// Set by start.
+	nodes    corelisters.NodeLister
+	synced   cache.InformerSynced
+	recorder record.EventRecorder
+}
+
+var _ cloudprovider.Routes = (*routes)(nil)
+
+// newRoutes programs routes in the CCM's own network namespace. A bridge
+// that does not exist is an error naming it: the CCM must not start
+// pretending to route.
+func newRoutes(cfg RoutesConfig, _ []Hypervisor) (*routes, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("routes: netlink handle: %w", err)
+	}
+	m, err := netroutes.New(h, netroutes.Config{
+		Bridge:   cfg.Bridge,
+		Protocol: netlink.RouteProtocol(cfg.Protocol),
+		Table:    cfg.Table,
+		Metric:   cfg.Metric,
+	})
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("routes.bridge: %w", err)
+	}
+	return &routes{bridge: cfg.Bridge, table: m}, nil
+}
+
+// start wires the Node lister (registered with informers, which the caller
+// starts) and an event recorder writing Node events through client.
+func (r *routes) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
+	inf := factory.Core().V1().Nodes()
+	r.nodes = inf.Lister()
+	r.synced = inf.Informer().HasSynced
+
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartStructuredLogging(2)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	r.recorder = b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "libvirt-cloud-provider"})
+	go func() {
+		<-ctx.Done()
+		b.Shutdown()
+	}()
 	return nil
+}
+
+// ListRoutes returns labcloud's routes on the bridge, each with the Node
+// whose InternalIP is its gateway. A route no Node claims comes back as a
+// blackhole, which the route controller deletes.
+func (r *routes) ListRoutes(ctx context.Context, _ string) ([]*cloudprovider.Route, error) {
+	nodes, err := r.listNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	owned, err := r.table.List()
+	if err != nil {
+		return nil, fmt.Errorf("list routes on bridge %s: %w", r.bridge, err)
+	}
+	return cloudRoutes(owned, nodes), nil
+}
+
+// CreateRoute routes route.DestinationCIDR via the Node's InternalIP on the
+// bridge's subnet. The addresses come from route.TargetNodeAddresses, then
+// from the Node cache. It writes nothing when the route exists. A Node with
+// no usable address gets a Warning event and an error naming it.
+func (r *routes) CreateRoute(ctx context.Context, _ string, nameHint string, route *cloudprovider.Route) error {
+	name := string(route.TargetNode)
+	logger := klog.FromContext(ctx).WithValues("node", name, "podCIDR", route.DestinationCIDR, "bridge", r.bridge)
+	subnets, err := r.table.Subnets()
+	if err != nil {
+		return fmt.Errorf("route for node %s: %w", name, err)
+	}
+	var cached *v1.Node
+	if r.nodes != nil {
+		if n, err := r.nodes.Get(name); err == nil {
+			cached = n
+		} else if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("route for node %s: %w", name, err)
+		}
+	}
+	want, problem := planRoute(subnets, route, cached)
+	if problem != nil {
+		err := fmt.Errorf("%w on bridge %s for %s", errNoRoute, r.bridge, problem)
+		r.warn(name, types.UID(nameHint), cached, err.Error())
+		return err
+	}
+	if err := r.table.Ensure(want); err != nil {
+		return fmt.Errorf("route for node %s: %w", name, err)
+	}
+	logger.V(2).Info("Route in place", "gateway", want.Gateway)
+	return nil
+}
+
+// DeleteRoute removes a route ListRoutes returned (named "<dst> via <gw>").
+// A route without such a name removes every owned route to its destination.
+// A route that is already gone is not an error.
+func (r *routes) DeleteRoute(ctx context.Context, _ string, route *cloudprovider.Route) error {
+	target, err := routeToDelete(route)
+	if err != nil {
+		return err
+	}
+	if err := r.table.Remove(target); err != nil {
+		return fmt.Errorf("route %s of node %q: %w", target, route.TargetNode, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Route removed", "route", target, "node", route.TargetNode, "bridge", r.bridge)
+	return nil
+}
+
+// listNodes returns the cached Nodes, waiting (bounded) for the cache to
+// sync: resolving routes against an empty cache would orphan them all.
+func (r *routes) listNodes(ctx context.Context) ([]*v1.Node, error) {
+	if r.nodes == nil {
+		return nil, errors.New("routes: Node cache not started (Initialize was not called)")
+	}
+	if !r.synced() {
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, nodeCacheTimeout, true,
+			func(context.Context) (bool, error) { return r.synced(), nil })
+		if err != nil {
+			return nil, fmt.Errorf("routes: Node cache not synced: %w", err)
+		}
+	}
+	nodes, err := r.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("routes: list Nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// warn records a Warning event on the Node.
+func (r *routes) warn(name string, uid types.UID, cached *v1.Node, msg string) {
+	if r.recorder == nil {
+		return
+	}
+	ref := &v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: name, UID: uid}
+	if cached != nil {
+		ref.UID = cached.UID
+	}
+	r.recorder.Event(ref, v1.EventTypeWarning, EventRouteNotCreated, msg)
+}
+
+// planRoute is CreateRoute's decision: the route for one pod CIDR, via the
+// first InternalIP on a bridge subnet of the CIDR's family, looked for in the
+// route's addresses and then in the cached Node's. It reuses
+// netroutes.Desired, so CreateRoute and a full reconcile agree.
+func planRoute(subnets []netip.Prefix, route *cloudprovider.Route, cached *v1.Node) (netroutes.Route, *netroutes.Problem) {
+	name := string(route.TargetNode)
+	dst, err := netip.ParsePrefix(route.DestinationCIDR)
+	if err != nil {
+		return netroutes.Route{}, &netroutes.Problem{Node: name, Reason: fmt.Sprintf("pod CIDR %q: %v", route.DestinationCIDR, err)}
+	}
+	addrs := internalIPs(route.TargetNodeAddresses)
+	if cached != nil {
+		for _, a := range internalIPs(cached.Status.Addresses) {
+			if !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	want, problems := netroutes.Desired(subnets, []netroutes.Node{{Name: name, PodCIDRs: []netip.Prefix{dst}, Addresses: addrs}})
+	if len(problems) > 0 {
+		return netroutes.Route{}, &problems[0]
+	}
+	if len(want) != 1 { // Desired gives one route or one problem per CIDR
+		return netroutes.Route{}, &netroutes.Problem{Node: name, PodCIDR: dst, Reason: "no route could be derived"}
+	}
+	return want[0], nil
+}
+
+// cloudRoutes is ListRoutes' decision: each owned route with the Node whose
+// InternalIP is its gateway. When several Nodes share that address, the one
+// claiming the destination wins, else the first by name. A gateway that is
+// no Node's InternalIP makes the route a blackhole.
+func cloudRoutes(owned []netroutes.Route, nodes []*v1.Node) []*cloudprovider.Route {
+	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	byIP := map[netip.Addr][]*v1.Node{}
+	for _, n := range nodes {
+		for _, a := range internalIPs(n.Status.Addresses) {
+			if !slices.Contains(byIP[a], n) {
+				byIP[a] = append(byIP[a], n)
+			}
+		}
+	}
+	out := make([]*cloudprovider.Route, 0, len(owned))
+	for _, o := range owned {
+		cr := &cloudprovider.Route{Name: routeName(o), DestinationCIDR: o.Dst.String()}
+		candidates := byIP[o.Gateway.Unmap()]
+		if len(candidates) == 0 {
+			cr.Blackhole = true
+			out = append(out, cr)
+			continue
+		}
+		target := candidates[0]
+		if i := slices.IndexFunc(candidates, func(n *v1.Node) bool { return claims(n, o.Dst) }); i >= 0 {
+			target = candidates[i]
+		}
+		cr.TargetNode = types.NodeName(target.Name)
+		out = append(out, cr)
+	}
+	return out
+}
+
+// routeToDelete is DeleteRoute's decision: the exact route named by
+// ListRoutes, or any owned route to the destination.
+func routeToDelete(route *cloudprovider.Route) (netroutes.Route, error) {
+	if r, ok := parseRouteName(route.Name); ok {
+		return r, nil
+	}
+	dst, err := netip.ParsePrefix(route.DestinationCIDR)
+	if err != nil {
+		return netroutes.Route{}, fmt.Errorf("delete route %q of node %q: destination: %w", route.Name, route.TargetNode, err)
+	}
+	return netroutes.Route{Dst: dst.Masked()}, nil
+}
+
+// routeName names a route as `ip route` shows it: "<dst> via <gateway>".
+func routeName(r netroutes.Route) string { return r.String() }
+
+func parseRouteName(name string) (netroutes.Route, bool) {
+	d, g, ok := strings.Cut(name, " via ")
+	if !ok {
+		return netroutes.Route{}, false
+	}
+	dst, err1 := netip.ParsePrefix(d)
+	gw, err2 := netip.ParseAddr(g)
+	if err1 != nil || err2 != nil || dst != dst.Masked() {
+		return netroutes.Route{}, false
+	}
+	return netroutes.Route{Dst: dst, Gateway: gw.Unmap()}, true
+}
+
+// internalIPs are the parseable InternalIP addresses, in order.
+func internalIPs(addrs []v1.NodeAddress) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a.Type != v1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && !slices.Contains(out, ip.Unmap()) {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// claims reports whether dst is one of the Node's pod CIDRs.
+func claims(n *v1.Node, dst netip.Prefix) bool {
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil && p.Masked() == dst {
+			return true
+		}
+	}
+	return false
 }
