@@ -95,3 +95,14 @@ loadBalancer:
 		}
 	}
 }
+
+// The example users copy must load as shipped.
+func TestExampleCloudConfigLoads(t *testing.T) {
+	c, err := LoadConfigFile("../examples/cloud-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Routes.Bridge != "virbr0" || len(c.LoadBalancer.Pools) != 1 || len(c.InstanceTypes.Sizes) != 2 {
+		t.Errorf("example config = %+v", c)
+	}
+}

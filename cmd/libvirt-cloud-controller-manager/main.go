@@ -73,6 +73,10 @@ func setDefaults(o *options.CloudControllerManagerOptions) {
 	o.Generic.ClientConnection.Burst = 1000
 	o.NodeController.ConcurrentNodeSyncs = 10
 	o.ServiceController.ConcurrentServiceSyncs = 10
+	// A route reconcile costs one netlink dump and a walk over the Node
+	// cache, so a new Node's route need not wait up to upstream's 10 s.
+	// (The watch-based gate is no faster and never repairs a flushed table.)
+	o.KubeCloudShared.RouteReconciliationPeriod.Duration = 2 * time.Second
 	// The cloud-node controller updates a new Node from its informer's copy;
 	// kube-controller-manager writes the same Node at the same moment (pod
 	// CIDR, not-ready taint), so the first update usually conflicts. The
