@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +31,12 @@ func (l *labcloud) run(timeout time.Duration, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, l.bin, append([]string{"--state-dir", l.dir}, args...)...)
 	cmd.Dir = repoRoot()
+	// labcloud runs a copy of itself in the lab namespace (ip netns exec):
+	// a timeout must end both, or the copy keeps the output pipe open and
+	// finishes an up that nobody takes down.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -127,7 +134,8 @@ func (l *labcloud) downTwiceLeavesNothing(pids map[string]int) {
 func TestLab(t *testing.T) {
 	l := newLabcloud(t)
 	start := time.Now()
-	out := l.must(20*time.Minute, "up", "--nodes", "2")
+	// Most of a long up is waiting for e2e runs to release the host's libvirtd.
+	out := l.must(30*time.Minute, "up", "--nodes", "2")
 	t.Logf("labcloud up --nodes 2 took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
 
 	// Nodes initialized from libvirt, with DHCP-lease addresses, pod CIDRs and routes.
