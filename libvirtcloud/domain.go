@@ -79,22 +79,18 @@ type Domain struct {
 	Interfaces []Interface
 	// InstanceType is the override from the domain's metadata, if any.
 	InstanceType string
-	// RunningSince is when this process saw the domain start running; zero
-	// when it was already running when first seen. A guest that has just
-	// started is still booting: its Node's last report predates this.
-	RunningSince time.Time
+	// LastDown is when this process last saw the domain go down (or first
+	// saw it down); zero if it has been running all along. A Node report
+	// older than this predates the guest's current boot.
+	LastDown time.Time
 }
 
 // carryOver keeps what a fresh description cannot know from prev, the
-// previous snapshot of the same domain.
+// previous snapshot of the same domain (had: there was one).
 func (d *Domain) carryOver(prev Domain, had bool, now time.Time) {
-	switch {
-	case d.State != StateRunning:
-		d.RunningSince = time.Time{}
-	case had && prev.State == StateRunning:
-		d.RunningSince = prev.RunningSince
-	case had:
-		d.RunningSince = now // it started since we last looked
+	d.LastDown = prev.LastDown
+	if d.State != StateRunning && (!had || prev.State == StateRunning) {
+		d.LastDown = now
 	}
 }
 

@@ -5,25 +5,27 @@ import (
 	"time"
 )
 
-func TestCarryOverRunningSince(t *testing.T) {
+func TestCarryOverLastDown(t *testing.T) {
 	earlier, now := time.Unix(1000, 0), time.Unix(2000, 0)
 	for _, tt := range []struct {
-		name      string
-		prev      Domain
-		had       bool
-		state     State
-		wantSince time.Time
+		name  string
+		prev  Domain
+		had   bool
+		state State
+		want  time.Time
 	}{
-		{"first seen running: unknown start", Domain{}, false, StateRunning, time.Time{}},
-		{"still running keeps its start", Domain{State: StateRunning, RunningSince: earlier}, true, StateRunning, earlier},
-		{"started since last look", Domain{State: StateShutOff}, true, StateRunning, now},
-		{"new after the first listing", Domain{}, true, StateRunning, now},
-		{"stopped forgets", Domain{State: StateRunning, RunningSince: earlier}, true, StateShutOff, time.Time{}},
+		{"first seen running", Domain{}, false, StateRunning, time.Time{}},
+		{"first seen shut off", Domain{}, false, StateShutOff, now},
+		{"goes down", Domain{State: StateRunning}, true, StateShutOff, now},
+		{"crashes", Domain{State: StateRunning}, true, StateCrashed, now},
+		{"stays down keeps the time it went down", Domain{State: StateShutOff, LastDown: earlier}, true, StateShutOff, earlier},
+		{"comes back up remembers", Domain{State: StateShutOff, LastDown: earlier}, true, StateRunning, earlier},
+		{"running all along", Domain{State: StateRunning}, true, StateRunning, time.Time{}},
 	} {
 		d := Domain{State: tt.state}
 		d.carryOver(tt.prev, tt.had, now)
-		if !d.RunningSince.Equal(tt.wantSince) {
-			t.Errorf("%s: RunningSince = %v, want %v", tt.name, d.RunningSince, tt.wantSince)
+		if !d.LastDown.Equal(tt.want) {
+			t.Errorf("%s: LastDown = %v, want %v", tt.name, d.LastDown, tt.want)
 		}
 	}
 }

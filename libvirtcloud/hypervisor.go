@@ -290,9 +290,7 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect) error {
 	now := time.Now()
 	for _, d := range fresh {
 		prev, had := old.byUUID[d.UUID]
-		if had || h.synced {
-			d.carryOver(prev, had, now)
-		}
+		d.carryOver(prev, had, now)
 		h.domains.put(d)
 		if !had || prev.State != d.State {
 			changed = append(changed, Event{Domain: d})
@@ -390,7 +388,7 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 	}
 	h.mu.Lock()
 	prev, had := h.domains.byUUID[fresh.UUID]
-	fresh.carryOver(prev, had || h.synced, time.Now())
+	fresh.carryOver(prev, had, time.Now())
 	h.domains.put(fresh)
 	h.mu.Unlock()
 	if !had || prev.State != fresh.State {

@@ -27,13 +27,13 @@ const failoverResync = 30 * time.Second
 
 // candidates are the nodes that may answer for a VIP: their domain is
 // running, has a NIC on the bridge, and the Node has reported since the
-// domain (re)started — until then the guest is still booting and its Ready
-// condition is the one from before. The map gives that NIC's MAC.
+// domain was last seen down — until then the guest is still booting and its
+// Ready condition is the one from before. The map gives that NIC's MAC.
 func (l *loadBalancer) candidates(ctx context.Context, nodes []*v1.Node) map[string]net.HardwareAddr {
 	out := make(map[string]net.HardwareAddr, len(nodes))
 	for _, n := range nodes {
 		d, _, err := l.instances.find(ctx, n)
-		if err != nil || d.State != libvirtcloud.StateRunning || lastReport(n).Before(d.RunningSince.Truncate(time.Second)) {
+		if err != nil || d.State != libvirtcloud.StateRunning || lastReport(n).Before(d.LastDown.Truncate(time.Second)) {
 			continue
 		}
 		for _, i := range d.Interfaces {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ func startCommand(ctx context.Context, logPath string, cmd *exec.Cmd, daemon boo
 	if daemon {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
@@ -65,6 +66,36 @@ func startCommand(ctx context.Context, logPath string, cmd *exec.Cmd, daemon boo
 		}
 	}()
 	return p, nil
+}
+
+// spawner forks every child from one OS thread that never exits. Linux
+// delivers Pdeathsig when the *thread* that forked a child exits, and Go
+// ends a thread whose goroutine exits while locked to it — which namespace
+// work does (runtime.LockOSThread + setns). Without this, a test switching
+// namespaces could SIGKILL a libvirtd started from a pooled thread.
+var (
+	spawnOnce sync.Once
+	spawnCh   chan spawnRequest
+)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnCh = make(chan spawnRequest)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawnCh {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
+	spawnCh <- r
+	return <-r.done
 }
 
 // Pid is the process id.
