@@ -11,6 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,7 +80,18 @@ func reexecInNetns() int {
 		fmt.Fprintf(os.Stderr, "e2e: ip netns add %s: %v: %s\n", name, err, out)
 		return 1
 	}
-	defer exec.Command("ip", "netns", "del", name).Run()
+	defer func() {
+		// Whatever the run left behind (it may have been killed by a
+		// timeout): dnsmasq, QEMU, daemons. Then the namespace itself.
+		if pids, err := exec.Command("ip", "netns", "pids", name).Output(); err == nil {
+			for _, f := range strings.Fields(string(pids)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		_ = exec.Command("ip", "netns", "del", name).Run()
+	}()
 	args := append([]string{"netns", "exec", name, os.Args[0]}, os.Args[1:]...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = os.Stdout, os.Stderr, os.Stdin
@@ -144,6 +158,12 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 	if err := libvirtd.CreateNetwork(env.virt, env.network, env.bridge, "10.88.0", 100, 250); err != nil {
 		return 0, err
 	}
+	defer func() { // stops its dnsmasq; runs before destroyAllDomains above
+		if n, err := env.virt.LookupNetworkByName(env.network); err == nil {
+			_ = n.Destroy()
+			n.Free()
+		}
+	}()
 
 	env.cp, err = controlplane.Start(ctx, controlplane.Options{
 		Tools:       tools,
