@@ -266,7 +266,6 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		l.warnOnce(svc, ReasonInvalidRequest, err)
 		return nil, err
 	}
-	l.clearWarning(k)
 	had := l.alloc.Lookup(k)
 	ips, err := l.alloc.Allocate(k, req)
 	if err != nil {
@@ -289,6 +288,9 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 			return nil, err
 		}
 	}
+	// Only success forgets the last warning: a retry that fails the same
+	// way (taken, exhausted, conflict) must not repeat the event.
+	l.clearWarning(k)
 	return status(ips), nil
 }
 

@@ -1,0 +1,776 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+// fakeAnnouncer records what the provider asks of the bridge. Probe reports
+// a foreign owner for the addresses listed in foreign.
+type fakeAnnouncer struct {
+	mu      sync.Mutex
+	owned   map[netip.Addr]net.HardwareAddr
+	foreign map[netip.Addr]net.HardwareAddr
+	sets    []string // "ip mac", in order
+	removes []netip.Addr
+	probes  []netip.Addr
+}
+
+var _ Announcer = (*fakeAnnouncer)(nil)
+
+func newFakeAnnouncer() *fakeAnnouncer {
+	return &fakeAnnouncer{owned: map[netip.Addr]net.HardwareAddr{}, foreign: map[netip.Addr]net.HardwareAddr{}}
+}
+
+func (a *fakeAnnouncer) Set(vip netip.Addr, mac net.HardwareAddr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.owned[vip] = mac
+	a.sets = append(a.sets, vip.String()+" "+mac.String())
+	return nil
+}
+
+func (a *fakeAnnouncer) Remove(vip netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.owned, vip)
+	a.removes = append(a.removes, vip)
+	return nil
+}
+
+func (a *fakeAnnouncer) Probe(_ context.Context, vip netip.Addr) (net.HardwareAddr, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.probes = append(a.probes, vip)
+	if mac, ok := a.foreign[vip]; ok {
+		return mac, true, nil
+	}
+	return nil, false, nil
+}
+
+func (a *fakeAnnouncer) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (a *fakeAnnouncer) setForeign(vip netip.Addr, mac net.HardwareAddr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if mac == nil {
+		delete(a.foreign, vip)
+		return
+	}
+	a.foreign[vip] = mac
+}
+
+// answering is the MAC that answers for vip now, nil if none.
+func (a *fakeAnnouncer) answering(vip netip.Addr) net.HardwareAddr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owned[vip]
+}
+
+func (a *fakeAnnouncer) setsFor(vip netip.Addr) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, s := range a.sets {
+		if strings.HasPrefix(s, vip.String()+" ") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (a *fakeAnnouncer) removed(vip netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.removes {
+		if r == vip {
+			return true
+		}
+	}
+	return false
+}
+
+// fakeHypervisor is a Hypervisor with DomainEvents whose domains the test
+// starts and stops.
+type fakeHypervisor struct {
+	mu   sync.Mutex
+	doms map[string]libvirtcloud.Domain // by UUID
+	subs []chan libvirtcloud.Event
+}
+
+var (
+	_ Hypervisor   = (*fakeHypervisor)(nil)
+	_ DomainEvents = (*fakeHypervisor)(nil)
+)
+
+func (h *fakeHypervisor) Zone() string { return "zone-a" }
+
+func (h *fakeHypervisor) DomainByUUID(uuid string) (libvirtcloud.Domain, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if d, ok := h.doms[uuid]; ok {
+		return d, nil
+	}
+	return libvirtcloud.Domain{}, fmt.Errorf("uuid %s: %w", uuid, libvirtcloud.ErrNotFound)
+}
+
+func (h *fakeHypervisor) DomainByName(name string) (libvirtcloud.Domain, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, d := range h.doms {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return libvirtcloud.Domain{}, fmt.Errorf("name %s: %w", name, libvirtcloud.ErrNotFound)
+}
+
+func (h *fakeHypervisor) DomainByAddress(netip.Addr) (libvirtcloud.Domain, bool) {
+	return libvirtcloud.Domain{}, false
+}
+
+func (h *fakeHypervisor) Addresses(context.Context, libvirtcloud.Domain) ([]netip.Addr, error) {
+	return nil, nil
+}
+
+func (h *fakeHypervisor) Subscribe() (<-chan libvirtcloud.Event, func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := make(chan libvirtcloud.Event, 16)
+	h.subs = append(h.subs, ch)
+	return ch, func() {}
+}
+
+// setState changes a domain's state and publishes the event, as the
+// libvirt cache does on a lifecycle event.
+func (h *fakeHypervisor) setState(name string, st libvirtcloud.State) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for u, d := range h.doms {
+		if d.Name == name {
+			if st != libvirtcloud.StateRunning && d.State == libvirtcloud.StateRunning {
+				d.LastDown = time.Now() // as libvirtcloud records a stop
+			}
+			d.State = st
+			h.doms[u] = d
+			for _, ch := range h.subs {
+				ch <- libvirtcloud.Event{Domain: d}
+			}
+		}
+	}
+}
+
+const testBridge = "br-test"
+
+// testNode is one Node with a running domain that has a NIC on the bridge.
+type testNode struct {
+	name, uuid string
+	mac        net.HardwareAddr
+}
+
+var testNodes = []testNode{
+	{"node-a", "aaaaaaaa-0000-0000-0000-000000000001", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0x0a}},
+	{"node-b", "bbbbbbbb-0000-0000-0000-000000000002", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0x0b}},
+}
+
+func (n testNode) object() *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name},
+		Spec:       v1.NodeSpec{ProviderID: ProviderID(n.uuid)},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{
+			{Type: v1.NodeReady, Status: v1.ConditionTrue},
+		}},
+	}
+}
+
+// lbFixture is a loadBalancer over fakes, started as Initialize starts it.
+type lbFixture struct {
+	t      *testing.T
+	ctx    context.Context
+	lb     *loadBalancer
+	ann    *fakeAnnouncer
+	hv     *fakeHypervisor
+	client *fake.Clientset
+	rec    *record.FakeRecorder
+	nodes  []*v1.Node
+
+	evMu   sync.Mutex
+	events []string // "Type Reason message", drained from rec
+}
+
+// newLBFixture builds the provider's load balancer over pool, with the
+// given objects (Services, EndpointSlices) already in the cluster besides
+// the two Nodes; the caller starts it.
+func newLBFixture(t *testing.T, pool string, objects ...runtime.Object) *lbFixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	hv := &fakeHypervisor{doms: map[string]libvirtcloud.Domain{}}
+	f := &lbFixture{t: t, ctx: ctx, ann: newFakeAnnouncer(), hv: hv, rec: record.NewFakeRecorder(1000)}
+	for _, n := range testNodes {
+		hv.doms[n.uuid] = libvirtcloud.Domain{UUID: n.uuid, Name: n.name, Hypervisor: "zone-a", State: libvirtcloud.StateRunning,
+			Interfaces: []libvirtcloud.Interface{
+				{MAC: "52:54:00:99:99:99", Network: "other", Bridge: "virbr9"}, // not on the bridge: never announced
+				{MAC: n.mac.String(), Network: "lab", Bridge: testBridge},
+			}}
+		obj := n.object()
+		f.nodes = append(f.nodes, obj)
+		objects = append(objects, obj)
+	}
+	f.client = fake.NewClientset(objects...)
+	cfg := DefaultConfig()
+	in := &instances{cfg: &cfg, hypervisors: []Hypervisor{hv}}
+	l, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: []lb.PoolConfig{{Name: "test", Addresses: []string{pool}}}},
+		[]Hypervisor{hv}, in, f.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.lb = l
+	return f
+}
+
+// start runs the load balancer as Initialize does, with the FakeRecorder in
+// place of the API event sink. The recorder is swapped before the informers
+// start, and nothing records an event before they have synced.
+func (f *lbFixture) start() *lbFixture {
+	f.t.Helper()
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	if err := f.lb.start(f.ctx, f.client, factory); err != nil {
+		f.t.Fatal(err)
+	}
+	f.lb.recorder = f.rec
+	factory.Start(f.ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(f.ctx.Done()) {
+		if !ok {
+			f.t.Fatalf("informer for %v did not sync", typ)
+		}
+	}
+	return f
+}
+
+func (f *lbFixture) ensure(svc *v1.Service) (*v1.LoadBalancerStatus, error) {
+	return f.lb.EnsureLoadBalancer(f.ctx, "test", svc, f.nodes)
+}
+
+// mustEnsure returns the Service's one VIP.
+func (f *lbFixture) mustEnsure(svc *v1.Service) netip.Addr {
+	f.t.Helper()
+	st, err := f.ensure(svc)
+	if err != nil {
+		f.t.Fatalf("EnsureLoadBalancer(%s): %v", svc.Name, err)
+	}
+	if len(st.Ingress) != 1 {
+		f.t.Fatalf("EnsureLoadBalancer(%s) = %+v, want one ingress", svc.Name, st.Ingress)
+	}
+	ing := st.Ingress[0]
+	if ing.IPMode == nil || *ing.IPMode != v1.LoadBalancerIPModeVIP {
+		f.t.Errorf("ingress %s ipMode = %v, want VIP", ing.IP, ing.IPMode)
+	}
+	return netip.MustParseAddr(ing.IP)
+}
+
+// drain moves recorded events into f.events and returns them all.
+func (f *lbFixture) drain() []string {
+	f.evMu.Lock()
+	defer f.evMu.Unlock()
+	for {
+		select {
+		case e := <-f.rec.Events:
+			f.events = append(f.events, e)
+		default:
+			return append([]string(nil), f.events...)
+		}
+	}
+}
+
+// count is the number of events of this type and reason so far.
+func (f *lbFixture) count(typ, reason string) int {
+	n := 0
+	for _, e := range f.drain() {
+		if strings.HasPrefix(e, typ+" "+reason+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond (the failover loop works asynchronously).
+func (f *lbFixture) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		f.t.Fatalf("%s did not happen; events: %q", what, f.drain())
+	}
+}
+
+// nodeOf says which test node a MAC belongs to.
+func nodeOf(mac net.HardwareAddr) (testNode, bool) {
+	for _, n := range testNodes {
+		if n.mac.String() == mac.String() {
+			return n, true
+		}
+	}
+	return testNode{}, false
+}
+
+func otherNode(n testNode) testNode {
+	for _, o := range testNodes {
+		if o.name != n.name {
+			return o
+		}
+	}
+	panic("one test node")
+}
+
+func lbService(name string, mutate ...func(*v1.Service)) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: k8stypes.UID("uid-" + name)},
+		Spec: v1.ServiceSpec{
+			Type:       v1.ServiceTypeLoadBalancer,
+			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+			Ports:      []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
+		},
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	return s
+}
+
+func withAnnotation(k, v string) func(*v1.Service) {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
+
+func withStatusIP(ip string) func(*v1.Service) {
+	return func(s *v1.Service) {
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip, IPMode: ptr.To(v1.LoadBalancerIPModeVIP)}}
+	}
+}
+
+func withPort(p int32) func(*v1.Service) {
+	return func(s *v1.Service) {
+		s.Spec.Ports = []v1.ServicePort{{Name: fmt.Sprintf("p%d", p), Port: p, Protocol: v1.ProtocolTCP}}
+	}
+}
+
+func localPolicy(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal }
+
+func TestLoadBalancerAllocatesFromPoolAndAnnounces(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	svc := lbService("web")
+	vip := f.mustEnsure(svc)
+	if vip != netip.MustParseAddr("10.0.0.10") {
+		t.Fatalf("VIP = %s, want the pool's first address 10.0.0.10", vip)
+	}
+	mac := f.ann.answering(vip)
+	if _, ok := nodeOf(mac); !ok {
+		t.Fatalf("VIP answered by %v, want a node's NIC on the bridge", mac)
+	}
+	if got := len(f.ann.probes); got != 1 {
+		t.Errorf("%d probes before announcing, want 1", got)
+	}
+	if f.count(v1.EventTypeNormal, ReasonAllocated) != 1 || f.count(v1.EventTypeNormal, ReasonAnnounced) != 1 {
+		t.Errorf("events = %q, want one %s and one %s", f.drain(), ReasonAllocated, ReasonAnnounced)
+	}
+
+	// A second sync changes nothing and says nothing.
+	if again := f.mustEnsure(svc); again != vip {
+		t.Fatalf("second EnsureLoadBalancer moved the VIP %s -> %s", vip, again)
+	}
+	if len(f.ann.probes) != 1 || len(f.ann.setsFor(vip)) != 2 || f.ann.answering(vip).String() != mac.String() {
+		t.Errorf("second sync: probes %v, sets %v; want no new probe and the same MAC", f.ann.probes, f.ann.setsFor(vip))
+	}
+	if n := len(f.drain()); n != 2 {
+		t.Errorf("second sync added events: %q", f.drain())
+	}
+	st, exists, err := f.lb.GetLoadBalancer(f.ctx, "test", svc)
+	if err != nil || !exists || len(st.Ingress) != 1 || st.Ingress[0].IP != vip.String() {
+		t.Fatalf("GetLoadBalancer = %+v, %v, %v; want %s", st, exists, err, vip)
+	}
+	if next := f.mustEnsure(lbService("api")); next != netip.MustParseAddr("10.0.0.11") {
+		t.Errorf("second Service got %s, want 10.0.0.11", next)
+	}
+}
+
+// A restarted CCM loads every VIP from the Service statuses before it hands
+// out any: a new Service synced first never gets an address another holds.
+func TestLoadBalancerLoadsStatusesBeforeAllocating(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.13",
+		lbService("old-1", withStatusIP("10.0.0.11")),
+		lbService("old-2", withStatusIP("10.0.0.10")),
+		lbService("foreign", withStatusIP("192.0.2.1"), func(s *v1.Service) { s.Spec.LoadBalancerClass = ptr.To("example.com/other") }),
+		lbService("cluster-ip", withStatusIP("10.0.0.12"), func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeClusterIP }),
+	)
+
+	// Nothing is served before the assignments are loaded.
+	early, cancel := context.WithTimeout(f.ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := f.lb.EnsureLoadBalancer(early, "test", lbService("new-0"), f.nodes); err == nil {
+		t.Fatal("EnsureLoadBalancer allocated before the existing assignments were loaded")
+	}
+	f.start()
+
+	st, exists, err := f.lb.GetLoadBalancer(f.ctx, "test", lbService("old-2"))
+	if err != nil || !exists || st.Ingress[0].IP != "10.0.0.10" {
+		t.Fatalf("GetLoadBalancer(old-2) before its first sync = %+v, %v, %v; want 10.0.0.10 from its status", st, exists, err)
+	}
+	// New Services first, in the order that would collide without load().
+	// The ClusterIP Service's stale status does not hold 10.0.0.12.
+	if got := f.mustEnsure(lbService("new-1")); got != netip.MustParseAddr("10.0.0.12") {
+		t.Errorf("new-1 got %s, want 10.0.0.12 (10.0.0.10 and .11 are held by statuses)", got)
+	}
+	if got := f.mustEnsure(lbService("new-2")); got != netip.MustParseAddr("10.0.0.13") {
+		t.Errorf("new-2 got %s, want 10.0.0.13", got)
+	}
+	_, err = f.ensure(lbService("new-3"))
+	var exhausted *lb.PoolExhaustedError
+	if !errors.As(err, &exhausted) {
+		t.Errorf("new-3: err = %v, want pool exhausted", err)
+	}
+	if f.count(v1.EventTypeWarning, ReasonExhausted) != 1 {
+		t.Errorf("events = %q, want one %s", f.drain(), ReasonExhausted)
+	}
+	// The loaded Services keep their addresses, without an allocation event.
+	before := f.count(v1.EventTypeNormal, ReasonAllocated)
+	if got := f.mustEnsure(lbService("old-1")); got != netip.MustParseAddr("10.0.0.11") {
+		t.Errorf("old-1 moved to %s, want its status address 10.0.0.11", got)
+	}
+	if got := f.mustEnsure(lbService("old-2")); got != netip.MustParseAddr("10.0.0.10") {
+		t.Errorf("old-2 moved to %s, want its status address 10.0.0.10", got)
+	}
+	if after := f.count(v1.EventTypeNormal, ReasonAllocated); after != before {
+		t.Errorf("re-syncing loaded Services emitted %d %s events", after-before, ReasonAllocated)
+	}
+}
+
+func TestLoadBalancerConflictProbe(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	vip := netip.MustParseAddr("10.0.0.10")
+	rogue := net.HardwareAddr{0x02, 0xde, 0xad, 0xbe, 0xef, 0x01}
+	f.ann.setForeign(vip, rogue)
+	svc := lbService("web")
+	for range 3 { // the service controller retries
+		if _, err := f.ensure(svc); err == nil || !strings.Contains(err.Error(), rogue.String()) {
+			t.Fatalf("EnsureLoadBalancer with %s owned by %s: err = %v", vip, rogue, err)
+		}
+	}
+	if sets := f.ann.setsFor(vip); len(sets) != 0 {
+		t.Fatalf("a VIP another host answers for was announced: %v", sets)
+	}
+	if n := f.count(v1.EventTypeWarning, ReasonConflict); n != 1 {
+		t.Fatalf("%d %s events over 3 retries, want 1: %q", n, ReasonConflict, f.drain())
+	}
+	if f.count(v1.EventTypeNormal, ReasonAnnounced) != 0 {
+		t.Fatalf("conflicting VIP reported announced: %q", f.drain())
+	}
+	// The failover loop leaves an unprobed VIP alone.
+	f.lb.replaceAll(f.ctx)
+	if sets := f.ann.setsFor(vip); len(sets) != 0 {
+		t.Fatalf("failover loop announced a conflicting VIP: %v", sets)
+	}
+
+	// The other host goes away: the next retry announces.
+	f.ann.setForeign(vip, nil)
+	if got := f.mustEnsure(svc); got != vip {
+		t.Fatalf("after the conflict cleared: VIP %s, want %s", got, vip)
+	}
+	if _, ok := nodeOf(f.ann.answering(vip)); !ok {
+		t.Fatalf("after the conflict cleared: answered by %v", f.ann.answering(vip))
+	}
+
+	// An answer from one of our own nodes is not a conflict (the node
+	// itself may answer for a VIP it serves).
+	next := netip.MustParseAddr("10.0.0.11")
+	f.ann.setForeign(next, testNodes[1].mac)
+	if got := f.mustEnsure(lbService("api")); got != next {
+		t.Fatalf("api got %s, want %s", got, next)
+	}
+}
+
+func TestLoadBalancerWarnsOncePerBadRequest(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	bad := lbService("web", withAnnotation(lb.AnnotationIP, "10.0.0.300"))
+	for range 3 {
+		if _, err := f.ensure(bad); err == nil {
+			t.Fatal("a malformed lb.labcloud.io/ip was accepted")
+		}
+	}
+	if n := f.count(v1.EventTypeWarning, ReasonInvalidRequest); n != 1 {
+		t.Fatalf("%d %s events for the same bad value over 3 retries, want 1: %q", n, ReasonInvalidRequest, f.drain())
+	}
+	// A different bad value is news.
+	worse := lbService("web", withAnnotation(lb.AnnotationIP, "0.0.0.0"))
+	for range 2 {
+		_, _ = f.ensure(worse)
+	}
+	if n := f.count(v1.EventTypeWarning, ReasonInvalidRequest); n != 2 {
+		t.Fatalf("%d %s events after the value changed, want 2", n, ReasonInvalidRequest)
+	}
+	// Outside every pool: its own reason, once.
+	outside := lbService("web", withAnnotation(lb.AnnotationIP, "192.0.2.7"))
+	for range 2 {
+		_, _ = f.ensure(outside)
+	}
+	if n := f.count(v1.EventTypeWarning, ReasonNotInPool); n != 1 {
+		t.Fatalf("%d %s events, want 1: %q", n, ReasonNotInPool, f.drain())
+	}
+	// Fixed: served; broken again later: warned again.
+	if got := f.mustEnsure(lbService("web", withAnnotation(lb.AnnotationIP, "10.0.0.12"))); got != netip.MustParseAddr("10.0.0.12") {
+		t.Fatalf("requested 10.0.0.12, got %s", got)
+	}
+	_, _ = f.ensure(bad)
+	if n := f.count(v1.EventTypeWarning, ReasonInvalidRequest); n != 3 {
+		t.Fatalf("%d %s events after the value broke again, want 3", n, ReasonInvalidRequest)
+	}
+}
+
+func TestLoadBalancerRequestedIPTakenWaitsAndIsNudged(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12",
+		lbService("first"), lbService("second")).start()
+	want := withAnnotation(lb.AnnotationIP, "10.0.0.11")
+	first, second := lbService("first", want), lbService("second", want)
+	if got := f.mustEnsure(first); got != netip.MustParseAddr("10.0.0.11") {
+		t.Fatalf("first got %s", got)
+	}
+	for range 2 {
+		if _, err := f.ensure(second); !errors.Is(err, lb.ErrIPTaken) {
+			t.Fatalf("second: err = %v, want the address taken", err)
+		}
+	}
+	if n := f.count(v1.EventTypeWarning, ReasonTaken); n != 1 {
+		t.Fatalf("%d %s events, want 1: %q", n, ReasonTaken, f.drain())
+	}
+	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", first); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.CoreV1().Services("default").Get(f.ctx, "second", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[RetryAnnotation] == "" {
+		t.Fatalf("the waiting Service was not nudged: annotations %v", got.Annotations)
+	}
+	if ip := f.mustEnsure(second); ip != netip.MustParseAddr("10.0.0.11") {
+		t.Fatalf("second got %s after first was deleted, want 10.0.0.11", ip)
+	}
+}
+
+func TestLoadBalancerDeleteReleases(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10/32").start()
+	svc := lbService("web")
+	vip := f.mustEnsure(svc)
+	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
+		t.Fatal(err)
+	}
+	if !f.ann.removed(vip) || f.ann.answering(vip) != nil {
+		t.Fatalf("%s still announced after delete", vip)
+	}
+	st, exists, err := f.lb.GetLoadBalancer(f.ctx, "test", svc)
+	if err != nil || exists {
+		t.Fatalf("GetLoadBalancer after delete = %+v, %v, %v; want not found, so the finalizer goes", st, exists, err)
+	}
+	if f.count(v1.EventTypeNormal, ReasonReleased) != 1 {
+		t.Fatalf("events = %q, want one %s", f.drain(), ReasonReleased)
+	}
+	// Deleting again (the finalizer retry) is harmless and silent.
+	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
+		t.Fatal(err)
+	}
+	if f.count(v1.EventTypeNormal, ReasonReleased) != 1 {
+		t.Fatalf("second delete emitted another %s", ReasonReleased)
+	}
+	// The only address is free again, and is probed again before reuse.
+	if got := f.mustEnsure(lbService("api")); got != vip {
+		t.Fatalf("api got %s, want the released %s", got, vip)
+	}
+	if len(f.ann.probes) != 2 {
+		t.Errorf("probes = %v, want the reused address probed again", f.ann.probes)
+	}
+}
+
+func TestLoadBalancerSharedVIPStaysUntilLastHolder(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	share := withAnnotation(lb.AnnotationSharingKey, "team-a")
+	web, dns := lbService("web", share, withPort(80)), lbService("dns", share, withPort(53))
+	vip := f.mustEnsure(web)
+	if got := f.mustEnsure(dns); got != vip {
+		t.Fatalf("dns got %s, want the shared %s", got, vip)
+	}
+	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", web); err != nil {
+		t.Fatal(err)
+	}
+	if f.ann.removed(vip) || f.ann.answering(vip) == nil {
+		t.Fatalf("shared %s stopped being announced while dns still holds it", vip)
+	}
+	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", dns); err != nil {
+		t.Fatal(err)
+	}
+	if !f.ann.removed(vip) {
+		t.Fatalf("%s still announced after its last holder was deleted", vip)
+	}
+}
+
+func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
+	svc := lbService("web")
+	vip := f.mustEnsure(svc)
+	first, ok := nodeOf(f.ann.answering(vip))
+	if !ok {
+		t.Fatalf("answered by %v", f.ann.answering(vip))
+	}
+	other := otherNode(first)
+
+	// The answering node's domain shuts off: the other node answers.
+	f.hv.setState(first.name, libvirtcloud.StateShutOff)
+	f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+	f.waitFor(ReasonMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonMoved) == 1 })
+
+	// The other one crashes too: nobody answers, and the Service hears it.
+	f.hv.setState(other.name, libvirtcloud.StateCrashed)
+	f.waitFor("VIP withdrawn", func() bool { return f.ann.answering(vip) == nil })
+	f.waitFor("NoEligibleNode event", func() bool { return f.count(v1.EventTypeWarning, ReasonNoNode) == 1 })
+
+	// The first comes back, but its guest is still booting: its Node has
+	// not reported since the domain started, so it does not answer yet.
+	f.hv.setState(first.name, libvirtcloud.StateRunning)
+	f.lb.replaceAll(f.ctx)
+	if got := f.ann.answering(vip); got != nil {
+		t.Fatalf("VIP handed to %v before the restarted node reported", got)
+	}
+	// Its kubelet reports: it answers again.
+	n := first.object()
+	n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Second))
+	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("re-announced via "+first.name, func() bool { return f.ann.answering(vip).String() == first.mac.String() })
+	if n := len(f.ann.probes); n != 1 {
+		t.Errorf("failover probed %d times; the address was claimed once", n)
+	}
+}
+
+func TestLoadBalancerFailoverOnNodeNotReady(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
+	vip := f.mustEnsure(lbService("web"))
+	first, _ := nodeOf(f.ann.answering(vip))
+	other := otherNode(first)
+
+	n := first.object()
+	n.Status.Conditions[0].Status = v1.ConditionFalse
+	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("move off the NotReady node", func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+
+	// Back to Ready: the VIP stays where it is (a move costs clients).
+	n.Status.Conditions[0].Status = v1.ConditionTrue
+	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.lb.replaceAll(f.ctx)
+	if got := f.ann.answering(vip); got.String() != other.mac.String() {
+		t.Fatalf("VIP moved back to %v when %s recovered", got, first.name)
+	}
+}
+
+func endpointSlice(svc string, ready map[string]bool) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: svc + "-abc", Namespace: "default",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	i := 0
+	for node, r := range ready {
+		i++
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.244.0.%d", i)},
+			NodeName:   ptr.To(node),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r)},
+		})
+	}
+	return es
+}
+
+func TestLoadBalancerLocalPolicyUsesNodesWithReadyEndpoints(t *testing.T) {
+	for _, n := range testNodes {
+		t.Run("endpoint on "+n.name, func(t *testing.T) {
+			other := otherNode(n)
+			f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", localPolicy),
+				endpointSlice("web", map[string]bool{n.name: true, other.name: false})).start()
+			vip := f.mustEnsure(lbService("web", localPolicy))
+			if got := f.ann.answering(vip); got.String() != n.mac.String() {
+				t.Fatalf("answered by %v, want %s, the only node with a ready endpoint", got, n.name)
+			}
+
+			// The endpoint moves: so does the VIP, without a service sync.
+			moved := endpointSlice("web", map[string]bool{n.name: false, other.name: true})
+			if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, moved, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f.waitFor("follow the endpoint to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+
+			// No ready endpoint anywhere: nobody answers.
+			none := endpointSlice("web", map[string]bool{n.name: false, other.name: false})
+			if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, none, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f.waitFor("VIP withdrawn", func() bool { return f.ann.answering(vip) == nil })
+		})
+	}
+
+	// Cluster policy ignores endpoints.
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web"),
+		endpointSlice("web", map[string]bool{testNodes[0].name: false, testNodes[1].name: false})).start()
+	vip := f.mustEnsure(lbService("web"))
+	if _, ok := nodeOf(f.ann.answering(vip)); !ok {
+		t.Fatalf("Cluster policy: answered by %v, want any node", f.ann.answering(vip))
+	}
+}
+
+func TestLoadBalancerSkipsNodesOffTheBridge(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12")
+	// node-b's domain has no NIC on the bridge.
+	f.hv.mu.Lock()
+	d := f.hv.doms[testNodes[1].uuid]
+	d.Interfaces = d.Interfaces[:1]
+	f.hv.doms[testNodes[1].uuid] = d
+	f.hv.mu.Unlock()
+	f.start()
+	for i := range 3 {
+		vip := f.mustEnsure(lbService(fmt.Sprintf("svc-%d", i)))
+		if got := f.ann.answering(vip); got.String() != testNodes[0].mac.String() {
+			t.Fatalf("%s answered by %v, want node-a's bridge NIC %s", vip, got, testNodes[0].mac)
+		}
+	}
+}
