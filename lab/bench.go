@@ -98,7 +98,9 @@ func waitIngress(ctx context.Context, client kubernetes.Interface, name string) 
 	return "", fmt.Errorf("service %s got no VIP in 60s", name)
 }
 
-var httpClient = &http.Client{Timeout: 500 * time.Millisecond}
+// httpClient opens a new connection per request, as curl does: a kept-alive
+// connection to the node that just died would stall the first probe.
+var httpClient = &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // answer asks the VIP over HTTP; lab-node answers with its node name.
 func answer(vip string) string {
