@@ -39,6 +39,8 @@ type Cloud struct {
 	routes      *routes       // nil unless routes.bridge is configured
 	lb          *loadBalancer // nil unless loadBalancer.bridge is configured
 	ctx         context.Context
+	runCtx      context.Context      // from Initialize: ends when the CCM stops
+	client      kubernetes.Interface // from Initialize, for the components
 }
 
 // component is a part of the provider that needs the cluster: it is
@@ -47,7 +49,10 @@ type component interface {
 	start(ctx context.Context, client kubernetes.Interface, informers informers.SharedInformerFactory) error
 }
 
-var _ cloudprovider.Interface = (*Cloud)(nil)
+var (
+	_ cloudprovider.Interface    = (*Cloud)(nil)
+	_ cloudprovider.InformerUser = (*Cloud)(nil)
+)
 
 // New returns a provider over already opened hypervisors.
 func New(cfg Config, hypervisors []Hypervisor) *Cloud {
@@ -103,7 +108,8 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 }
 
 // Initialize is called by the cloud-controller-manager before controllers
-// start; it starts the components that watch the cluster.
+// start. The components that watch the cluster start in SetInformers, on
+// the CCM's own shared informers, so Nodes and Services are cached once.
 func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
 	ctx := c.ctx
 	if ctx == nil {
@@ -114,6 +120,25 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 		<-stop
 		cancel()
 	}()
+	c.runCtx = ctx
+	if len(c.components()) > 0 {
+		c.client = clientBuilder.ClientOrDie("libvirt-cloud-provider")
+	}
+	klog.InfoS("libvirt cloud provider initialized", "region", c.cfg.Region, "hypervisors", len(c.hypervisors),
+		"routes", c.routes != nil, "loadBalancer", c.lb != nil)
+}
+
+// SetInformers is called right after Initialize with the informer factory
+// the CCM starts once its controllers are built (cloudprovider.InformerUser).
+func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
+	for _, p := range c.components() {
+		if err := p.start(c.runCtx, c.client, factory); err != nil {
+			klog.Fatalf("libvirt cloud provider: %v", err)
+		}
+	}
+}
+
+func (c *Cloud) components() []component {
 	var parts []component
 	if c.routes != nil {
 		parts = append(parts, c.routes)
@@ -121,18 +146,7 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	if c.lb != nil {
 		parts = append(parts, c.lb)
 	}
-	if len(parts) > 0 {
-		client := clientBuilder.ClientOrDie("libvirt-cloud-provider")
-		factory := informers.NewSharedInformerFactory(client, 0)
-		for _, p := range parts {
-			if err := p.start(ctx, client, factory); err != nil {
-				klog.Fatalf("libvirt cloud provider: %v", err)
-			}
-		}
-		factory.Start(ctx.Done())
-	}
-	klog.InfoS("libvirt cloud provider initialized", "region", c.cfg.Region, "hypervisors", len(c.hypervisors),
-		"routes", c.routes != nil, "loadBalancer", c.lb != nil)
+	return parts
 }
 
 // ProviderName returns "libvirt".

@@ -20,8 +20,10 @@ func TestNodeInitializedFromDomain(t *testing.T) {
 	startCCM(t, libvirtCloudConfig())
 	createNode(t, "e2e-init", v1.ConditionTrue)
 
+	// The taint goes with one update and the addresses follow in a status
+	// patch of their own: wait for both.
 	n := waitNode(t, "e2e-init", "initialization", 30*time.Second, func(n *v1.Node) bool {
-		return n != nil && !hasTaint(n, uninitializedTaint)
+		return n != nil && !hasTaint(n, uninitializedTaint) && len(n.Status.Addresses) > 0
 	})
 	if want := "libvirt://" + uuid; n.Spec.ProviderID != want {
 		t.Errorf("providerID = %q, want %q", n.Spec.ProviderID, want)
