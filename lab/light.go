@@ -12,13 +12,11 @@ import (
 	"strconv"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
@@ -226,36 +224,8 @@ func lightCloudConfig(st *State) string {
 }
 
 func (u *upRun) startLightCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
-	tr, err := client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "cloud-controller-manager",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("token for the CCM service account: %w", err)
-	}
-	kc := filepath.Join(u.st.Dir, "ccm.kubeconfig")
-	if err := cp.WriteKubeconfig(kc, "cloud-controller-manager", tr.Status.Token); err != nil {
-		return err
-	}
-	cfg := filepath.Join(u.st.Dir, "cloud-config.yaml")
-	if err := os.WriteFile(cfg, []byte(lightCloudConfig(u.st)), 0o600); err != nil {
-		return err
-	}
-	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "ccm.log"), bin,
-		"--kubeconfig", kc,
-		"--cloud-provider=libvirt", "--cloud-config", cfg,
-		"--leader-elect=false",
-		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
-		"--authentication-skip-lookup",
-		// Nothing to route or balance without a bridge.
-		"--controllers=*,-node-route-controller,-service-lb-controller")
-	if err != nil {
-		return err
-	}
-	u.st.Pids["libvirt-cloud-controller-manager"] = p.Pid()
-	time.Sleep(500 * time.Millisecond)
-	if p.Exited() {
-		return fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))
-	}
-	return nil
+	// Nothing to route or balance without a bridge.
+	return u.runCCM(ctx, cp, client, bin, lightCloudConfig(u.st), "--controllers=*,-node-route-controller,-service-lb-controller")
 }
 
 // startSimulator starts `labcloud simulate` as a daemon in this namespace.

@@ -266,6 +266,14 @@ loadBalancer:
 }
 
 func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
+	return u.runCCM(ctx, cp, client, bin, cloudConfig(),
+		"--allocate-node-cidrs", "--cluster-cidr", ClusterCIDR, "--configure-cloud-routes",
+		"--node-monitor-period=2s")
+}
+
+// runCCM starts the CCM as a daemon with the identity of examples/rbac.yaml
+// (a service-account token), the given cloud config and extra flags.
+func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin, cloudCfg string, extraArgs ...string) error {
 	tr, err := client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "cloud-controller-manager",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)}}, metav1.CreateOptions{})
 	if err != nil {
@@ -276,17 +284,17 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 		return err
 	}
 	cfg := filepath.Join(u.st.Dir, "cloud-config.yaml")
-	if err := os.WriteFile(cfg, []byte(cloudConfig()), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(cloudCfg), 0o600); err != nil {
 		return err
 	}
-	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "ccm.log"), bin,
+	args := append([]string{
 		"--kubeconfig", kc,
 		"--cloud-provider=libvirt", "--cloud-config", cfg,
 		"--leader-elect=false",
 		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
 		"--authentication-skip-lookup",
-		"--allocate-node-cidrs", "--cluster-cidr", ClusterCIDR, "--configure-cloud-routes",
-		"--node-monitor-period=2s")
+	}, extraArgs...)
+	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "ccm.log"), bin, args...)
 	if err != nil {
 		return err
 	}
