@@ -2,12 +2,10 @@ package lab
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -18,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
@@ -161,31 +158,14 @@ func UpLight(ctx context.Context, opts Options) (*State, error) {
 }
 
 func (u *upRun) startLightControlPlane(ctx context.Context, simToken string, grace time.Duration) (*controlplane.ControlPlane, kubernetes.Interface, error) {
-	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Tools:                 u.st.Tools,
-		Dir:                   filepath.Join(u.st.Dir, "controlplane"),
+	cp, client, err := u.runControlPlane(ctx, controlplane.Options{
 		Address:               "127.0.0.1",
-		Port:                  APIPort,
 		ClusterCIDR:           lightClusterCIDR,
 		Tokens:                []controlplane.Token{{Token: simToken, User: simulatorUser}},
 		ControllerManagerArgs: []string{"--node-monitor-grace-period", grace.String()},
-		Daemon:                true,
 	})
-	for _, p := range cpProcesses(cp) {
-		u.st.Pids[p.Name] = p.Pid()
-	}
 	if err != nil {
 		return nil, nil, err
-	}
-	u.st.Kubeconfig, u.st.APIServer = cp.AdminKube, cp.URL
-	client, err := adminClient(cp.AdminKube)
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(u.st.Tools, "kubectl"), "--kubeconfig", cp.AdminKube, "apply", "-f", "-")
-	cmd.Stdin = bytes.NewReader(examples.RBAC)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("apply examples/rbac.yaml: %w: %s", err, out)
 	}
 	if err := grantSimulator(ctx, client); err != nil {
 		return nil, nil, err

@@ -205,15 +205,16 @@ func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPla
 	for i := 1; i <= u.opts.Nodes; i++ {
 		tokens = append(tokens, controlplane.Token{Token: controlplane.NewToken(), User: "system:node:" + nodeName(i), Groups: []string{"system:nodes"}})
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Tools:       u.st.Tools,
-		Dir:         filepath.Join(u.st.Dir, "controlplane"),
-		Address:     Gateway,
-		Port:        APIPort,
-		ClusterCIDR: ClusterCIDR,
-		Tokens:      tokens,
-		Daemon:      true,
-	})
+	u.tokens = tokens
+	return u.runControlPlane(ctx, controlplane.Options{Address: Gateway, ClusterCIDR: ClusterCIDR, Tokens: tokens})
+}
+
+// runControlPlane starts the lab's control plane as daemons (opts gives
+// the address, CIDRs, tokens; the rest is the lab's), records it in the
+// state, and applies examples/rbac.yaml.
+func (u *upRun) runControlPlane(ctx context.Context, opts controlplane.Options) (*controlplane.ControlPlane, kubernetes.Interface, error) {
+	opts.Tools, opts.Dir, opts.Port, opts.Daemon = u.st.Tools, filepath.Join(u.st.Dir, "controlplane"), APIPort, true
+	cp, err := controlplane.Start(ctx, opts)
 	for _, p := range cpProcesses(cp) {
 		u.st.Pids[p.Name] = p.Pid()
 	}
@@ -221,7 +222,6 @@ func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPla
 		return nil, nil, err
 	}
 	u.st.Kubeconfig, u.st.APIServer = cp.AdminKube, cp.URL
-	u.tokens = tokens
 	client, err := adminClient(cp.AdminKube)
 	if err != nil {
 		return nil, nil, err

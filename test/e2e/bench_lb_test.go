@@ -262,22 +262,7 @@ func BenchmarkLBServiceReady(b *testing.B) {
 			prefix := fmt.Sprintf("lbb-%d-", n)
 			tr.reset(n)
 			start := time.Now()
-			var wg sync.WaitGroup
-			names := make(chan string)
-			for range 32 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for name := range names {
-						tr.create(b, name)
-					}
-				}()
-			}
-			for i := range n {
-				names <- fmt.Sprintf("%s%04d", prefix, i)
-			}
-			close(names)
-			wg.Wait()
+			createAll(n, func(i int) { tr.create(b, fmt.Sprintf("%s%04d", prefix, i)) })
 			created := time.Since(start)
 			tr.wait(b, 120*time.Second)
 			all := time.Since(start)

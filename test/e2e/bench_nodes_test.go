@@ -153,22 +153,7 @@ func BenchmarkNodeInitialization(b *testing.B) {
 			it, stop := watchInit(b, "bench-", n)
 			defer stop()
 			start := time.Now()
-			var wg sync.WaitGroup
-			names := make(chan string)
-			for range 32 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for name := range names {
-						it.create(b, name)
-					}
-				}()
-			}
-			for i := range n {
-				names <- fmt.Sprintf("bench-%04d", i)
-			}
-			close(names)
-			wg.Wait()
+			createAll(n, func(i int) { it.create(b, fmt.Sprintf("bench-%04d", i)) })
 			it.wait(b, 120*time.Second)
 			b.ReportMetric(time.Since(start).Seconds(), "all-initialized-s")
 			if rss, err := ccm.proc.PeakRSS(); err == nil {
@@ -230,3 +215,24 @@ func (s *anonSampler) peak() int64 {
 }
 
 func (s *anonSampler) stop() { close(s.done) }
+
+// createAll calls create(0..n-1) from 32 goroutines, as a burst of clients
+// creating objects at once would, and returns when all calls have.
+func createAll(n int, create func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				create(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
