@@ -1,27 +1,62 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries (kube-apiserver, kube-controller-manager,
-# kubectl, etcd) from the module proxy into a cache directory keyed by version,
-# outside the checkout. A second run with the binaries present does nothing.
+# Builds every third-party binary the tests and the lab run, from the Go module
+# proxy, into a cache directory keyed by version, outside the checkout:
+#   control plane  kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
+#   lab nodes      kubelet kube-proxy agnhost containerd containerd-shim-runc-v2 ctr
+#                  and the CNI plugins bridge host-local loopback portmap (in cni/)
+#   conformance    e2e.test (Kubernetes' own e2e suite)
+# Only missing binaries are built, so a warm cache makes this a no-op.
 # Prints the directory holding the binaries on its last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-version=$(cd "$here/tools" && go list -m -f "{{.Version}}" k8s.io/kubernetes)
-etcd_version=$(cd "$here/tools" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+k8s=$(cd "$here/tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+etcd=$(cd "$here/tools" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+ctrd=$(cd "$here/nodetools" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
+cni=$(cd "$here/nodetools" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 cache=${LABCLOUD_CACHE:-/var/cache/labcloud}
-out="$cache/k8s-$version-etcd-$etcd_version"
-bins=(kube-apiserver kube-controller-manager kubectl etcd)
-missing=0
-for b in "${bins[@]}"; do [ -x "$out/$b" ] || missing=1; done
-if [ "$missing" = 1 ]; then
-  echo "building control-plane binaries $version (etcd $etcd_version) into $out; a cold build takes ~10 minutes" >&2
-  mkdir -p "$out.tmp"
-  cd "$here/tools"
-  export CGO_ENABLED=0
-  go build -trimpath -ldflags='-s -w' -o "$out.tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl
-  go build -trimpath -ldflags='-s -w' -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3
-  rm -rf "$out" && mv "$out.tmp" "$out"
+out="$cache/k8s-$k8s-etcd-$etcd-containerd-$ctrd-cni-$cni"
+mkdir -p "$out/cni"
+export CGO_ENABLED=0 GOFLAGS=-trimpath
+
+# missing PATH...: prints the import paths whose binary (the last path element) is not in $dir.
+missing() { local p; for p in "$@"; do [ -x "$dir/${p##*/}" ] || echo "$p"; done; }
+
+# Kubernetes reports the version stamped here (else v0.0.0-master): kubectl get
+# nodes shows the kubelet's.
+minor=${k8s#v1.}; minor=${minor%%.*}
+kver="-X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1"
+kver="$kver -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+kver="$kver -X k8s.io/client-go/pkg/version.gitVersion=$k8s"
+
+dir=$out
+mapfile -t todo < <(missing k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/test/images/agnhost)
+if [ ${#todo[@]} -gt 0 ]; then
+  echo "building ${todo[*]##*/} $k8s into $out (cold: ~15 minutes on 2 cores)" >&2
+  (cd "$here/tools" && go build -ldflags="-s -w $kver" -o "$out/" "${todo[@]}")
+fi
+if [ ! -x "$out/etcd" ]; then
+  echo "building etcd $etcd" >&2
+  (cd "$here/tools" && go build -ldflags='-s -w' -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 && mv "$out/etcd.tmp" "$out/etcd")
+fi
+if [ ! -x "$out/e2e.test" ]; then
+  echo "building e2e.test $k8s (cold: ~6 minutes)" >&2
+  (cd "$here/tools" && go test -c -ldflags="-s -w $kver" -o "$out/e2e.test.tmp" k8s.io/kubernetes/test/e2e && mv "$out/e2e.test.tmp" "$out/e2e.test")
+fi
+mapfile -t todo < <(missing github.com/containerd/containerd/v2/cmd/containerd \
+  github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr)
+if [ ${#todo[@]} -gt 0 ]; then
+  echo "building containerd $ctrd" >&2
+  ldv="-X github.com/containerd/containerd/v2/version.Version=$ctrd"
+  (cd "$here/nodetools" && go build -tags 'no_btrfs no_devmapper no_zfs' -ldflags="-s -w $ldv" -o "$out/" "${todo[@]}")
+fi
+dir=$out/cni
+mapfile -t todo < <(missing github.com/containernetworking/plugins/plugins/main/bridge \
+  github.com/containernetworking/plugins/plugins/ipam/host-local \
+  github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/meta/portmap)
+if [ ${#todo[@]} -gt 0 ]; then
+  echo "building CNI plugins $cni" >&2
+  (cd "$here/nodetools" && go build -ldflags='-s -w' -o "$out/cni/" "${todo[@]}")
 fi
 echo "$out"

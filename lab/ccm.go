@@ -1,0 +1,72 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lab/controlplane"
+)
+
+// cloudConfig is the CCM's --cloud-config in the lab.
+func cloudConfig() string {
+	return fmt.Sprintf(`region: lab
+hypervisors:
+  - uri: qemu:///system
+    zone: lab-host
+networks: [%s]
+routes:
+  bridge: %s
+loadBalancer:
+  bridge: %s
+  pools: [{name: lab, addresses: ["%s"]}]
+`, NetworkName, Bridge, Bridge, VIPPool)
+}
+
+func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
+	return u.runCCM(ctx, cp, client, bin, cloudConfig(),
+		"--allocate-node-cidrs", "--cluster-cidr", ClusterCIDR, "--configure-cloud-routes",
+		"--node-monitor-period=2s")
+}
+
+// runCCM starts the CCM as a daemon with the identity of examples/rbac.yaml
+// (a service-account token), the given cloud config and extra flags.
+func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin, cloudCfg string, extraArgs ...string) error {
+	tr, err := client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "cloud-controller-manager",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for the CCM service account: %w", err)
+	}
+	kc := filepath.Join(u.st.Dir, "ccm.kubeconfig")
+	if err := cp.WriteKubeconfig(kc, "cloud-controller-manager", tr.Status.Token); err != nil {
+		return err
+	}
+	cfg := filepath.Join(u.st.Dir, "cloud-config.yaml")
+	if err := os.WriteFile(cfg, []byte(cloudCfg), 0o600); err != nil {
+		return err
+	}
+	args := append([]string{
+		"--kubeconfig", kc,
+		"--cloud-provider=libvirt", "--cloud-config", cfg,
+		"--leader-elect=false",
+		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
+		"--authentication-skip-lookup",
+	}, extraArgs...)
+	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "ccm.log"), bin, args...)
+	if err != nil {
+		return err
+	}
+	u.st.Pids["libvirt-cloud-controller-manager"] = p.Pid()
+	time.Sleep(500 * time.Millisecond)
+	if p.Exited() {
+		return fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))
+	}
+	return nil
+}
