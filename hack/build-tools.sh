@@ -59,4 +59,6 @@ if [ ${#todo[@]} -gt 0 ]; then
   echo "building CNI plugins $cni" >&2
   (cd "$here/nodetools" && go build -ldflags='-s -w' -o "$out/cni/" "${todo[@]}")
 fi
+# The marker says every binary is here: a half-built cache is never taken for a full one.
+touch "$out/.complete"
 echo "$out"

@@ -304,7 +304,7 @@ func FindTools() (string, error) {
 	if cache == "" {
 		cache = "/var/cache/labcloud"
 	}
-	matches, _ := filepath.Glob(filepath.Join(cache, "k8s-*", "kube-apiserver"))
+	matches, _ := filepath.Glob(filepath.Join(cache, "k8s-*", ".complete"))
 	if len(matches) == 0 {
 		return "", fmt.Errorf("%w in %s: run make tools (or hack/build-tools.sh) or set LABCLOUD_TOOLS", errNoTools, cache)
 	}
