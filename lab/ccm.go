@@ -59,11 +59,21 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
 		"--authentication-skip-lookup",
 	}, extraArgs...)
-	p, err := controlplane.StartDaemon(filepath.Join(u.st.Dir, "ccm.log"), bin, args...)
+	u.st.CCMCommand = append([]string{bin}, args...)
+	return u.st.launchCCM()
+}
+
+// launchCCM starts the CCM as a daemon with the command recorded in the
+// state (runCCM records it; chaos restarts the CCM with it) and records its pid.
+func (s *State) launchCCM() error {
+	if len(s.CCMCommand) == 0 {
+		return fmt.Errorf("no CCM command in the lab state %s", statePath(s.Dir))
+	}
+	p, err := controlplane.StartDaemon(filepath.Join(s.Dir, "ccm.log"), s.CCMCommand[0], s.CCMCommand[1:]...)
 	if err != nil {
 		return err
 	}
-	u.st.Pids["libvirt-cloud-controller-manager"] = p.Pid()
+	s.Pids[ccmPid] = p.Pid()
 	time.Sleep(500 * time.Millisecond)
 	if p.Exited() {
 		return fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))

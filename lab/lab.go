@@ -26,6 +26,7 @@ const (
 	ClusterCIDR = "10.244.0.0/16"
 	VIPPool     = "10.123.0.200-10.123.0.250"
 	NodePrefix  = "lab-node-"
+	ccmPid      = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
 )
 
 // DefaultStateDir holds the running lab's files; removed by Down.
@@ -47,10 +48,13 @@ type State struct {
 	APIServer  string         `json:"apiServer"`
 	Tools      string         `json:"tools"`
 	Pids       map[string]int `json:"pids"`
-	Nodes      []string       `json:"nodes"`
-	Light      bool           `json:"light,omitempty"`
-	Steps      []Step         `json:"steps"`
-	Started    time.Time      `json:"started"`
+	// CCMCommand is the CCM's command line (binary first) as the lab
+	// started it: a restart (labcloud chaos) runs exactly this again.
+	CCMCommand []string  `json:"ccmCommand,omitempty"`
+	Nodes      []string  `json:"nodes"`
+	Light      bool      `json:"light,omitempty"`
+	Steps      []Step    `json:"steps"`
+	Started    time.Time `json:"started"`
 }
 
 // Step is one timed step of Up.
