@@ -173,6 +173,19 @@ func (d *Daemon) start(ctx context.Context) error {
 	return nil
 }
 
+// Detached is the daemons StartDetached started, seen from a later process
+// (the lab's daemons outlive labcloud up): StartLibvirtd starts libvirtd
+// again, detached and logging to logDir, the way StartDetached did.
+func Detached(logDir string) *Daemon { return &Daemon{logDir: logDir, detached: true} }
+
+// LibvirtdPid is libvirtd's process id, 0 when this Daemon has not started it.
+func (d *Daemon) LibvirtdPid() int {
+	if d.libvirtd == nil {
+		return 0
+	}
+	return d.libvirtd.Pid()
+}
+
 // StopLibvirtd stops libvirtd only (guests keep running, as when the
 // daemon is restarted for an upgrade).
 func (d *Daemon) StopLibvirtd() {
