@@ -107,8 +107,9 @@ type Allocator struct {
 	mu      sync.Mutex
 	byIP    map[netip.Addr][]holder        // holders sorted by key
 	byKey   map[string][2]netip.Addr       // [0] IPv4, [1] IPv6; zero if none
-	byShare map[string]map[netip.Addr]bool // sharing key -> addresses under it
+	byShare map[string]map[netip.Addr]bool // scoped sharing key -> addresses under it
 	cursor  map[cursorKey]netip.Addr       // every allocatable address below is held
+	claimed map[netip.Addr]bool            // held addresses verified free on the wire
 }
 
 // NewAllocator returns an empty allocator over pools; nil means no pools.
@@ -122,7 +123,19 @@ func NewAllocator(pools *Pools) *Allocator {
 		byKey:   map[string][2]netip.Addr{},
 		byShare: map[string]map[netip.Addr]bool{},
 		cursor:  map[cursorKey]netip.Addr{},
+		claimed: map[netip.Addr]bool{},
 	}
+}
+
+// scope makes a Service's sharing key local to its namespace: Services
+// share an address only with Services of their own namespace, whatever
+// keys other namespaces pick. Keys are "namespace/name".
+func scope(key, sharingKey string) string {
+	if sharingKey == "" {
+		return ""
+	}
+	ns, _, _ := strings.Cut(key, "/")
+	return ns + "/" + sharingKey
 }
 
 func famIndex(f Family) int {
@@ -134,7 +147,8 @@ func famIndex(f Family) int {
 
 // Assign records that key holds ip, as read from the Service status at
 // start-up; call it for every existing Service before any Allocate so that
-// no address moves or is handed out twice. Assigning the same key and ip
+// no address moves or is handed out twice. An address from a status was
+// claimed by the run that wrote it, so it counts as claimed. Assigning the same key and ip
 // again only refreshes the request. An ip held by another key is accepted
 // when the two share it properly (same sharing key, disjoint ports);
 // otherwise the error says why and nothing changes.
@@ -155,6 +169,7 @@ func (a *Allocator) Assign(key string, ip netip.Addr, req Request) error {
 		return fmt.Errorf("assign to %s: %w", key, err)
 	}
 	a.hold(key, ip, req)
+	a.claimed[ip] = true
 	return nil
 }
 
@@ -277,7 +292,7 @@ func (a *Allocator) sharedFit(key string, req Request, pools []*Pool) (netip.Add
 		return netip.Addr{}, false
 	}
 	var best netip.Addr
-	for ip := range a.byShare[req.SharingKey] {
+	for ip := range a.byShare[scope(key, req.SharingKey)] {
 		if best.IsValid() && best.Less(ip) {
 			continue
 		}
@@ -290,14 +305,15 @@ func (a *Allocator) sharedFit(key string, req Request, pools []*Pool) (netip.Add
 }
 
 // canHold reports why key may not hold ip next to its current holders:
-// every other holder must have the same non-empty sharing key and no port
-// in common with req.
+// every other holder must be in key's namespace, with the same non-empty
+// sharing key and no port in common with req.
 func (a *Allocator) canHold(key string, ip netip.Addr, req Request) error {
+	share := scope(key, req.SharingKey)
 	for _, h := range a.byIP[ip] {
 		if h.key == key {
 			continue
 		}
-		if req.SharingKey == "" || h.sharingKey != req.SharingKey {
+		if share == "" || h.sharingKey != share {
 			return &IPTakenError{IP: ip, Holder: h.key}
 		}
 		for _, p := range req.Ports {
@@ -312,7 +328,7 @@ func (a *Allocator) canHold(key string, ip netip.Addr, req Request) error {
 // hold records key's claim on ip, updating the claim if key already has
 // one there.
 func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
-	h := holder{key: key, sharingKey: req.SharingKey, ports: slices.Clone(req.Ports)}
+	h := holder{key: key, sharingKey: scope(key, req.SharingKey), ports: slices.Clone(req.Ports)}
 	hs := a.byIP[ip]
 	i, found := slices.BinarySearchFunc(hs, key, func(h holder, k string) int { return strings.Compare(h.key, k) })
 	if found {
@@ -346,6 +362,7 @@ func (a *Allocator) drop(key string, ip netip.Addr) {
 	a.unshare(gone.sharingKey, ip, hs)
 	if len(hs) == 0 {
 		delete(a.byIP, ip)
+		delete(a.claimed, ip)
 		// Keep the cursor's promise that everything below it is held.
 		if p, ok := a.pools.For(ip); ok {
 			ck := cursorKey{p.name, FamilyOf(ip)}
@@ -402,13 +419,46 @@ func (a *Allocator) Lookup(key string) []netip.Addr {
 	return out
 }
 
-// Holders returns the keys holding ip, sorted; nil if it is free.
-func (a *Allocator) Holders(ip netip.Addr) []string {
+// VIP is one held address as the placement sees it.
+type VIP struct {
+	IP      netip.Addr
+	Holders []string // keys, sorted
+	// Claimed: nobody else answered for the address when it was probed
+	// (or it came from a Service status); only claimed VIPs are announced.
+	Claimed bool
+}
+
+// VIPs returns every held address, sorted.
+func (a *Allocator) VIPs() []VIP {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []string
-	for _, h := range a.byIP[ip] {
-		out = append(out, h.key)
+	out := make([]VIP, 0, len(a.byIP))
+	for ip, hs := range a.byIP {
+		v := VIP{IP: ip, Claimed: a.claimed[ip], Holders: make([]string, len(hs))}
+		for i, h := range hs {
+			v.Holders[i] = h.key
+		}
+		out = append(out, v)
 	}
+	slices.SortFunc(out, func(x, y VIP) int { return x.IP.Compare(y.IP) })
 	return out
+}
+
+// Claim marks a held address as verified free on the wire; false if no
+// one holds it (it was released meanwhile).
+func (a *Allocator) Claim(ip netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.byIP[ip]) == 0 {
+		return false
+	}
+	a.claimed[ip] = true
+	return true
+}
+
+// Claimed reports whether ip is held and claimed.
+func (a *Allocator) Claimed(ip netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.claimed[ip]
 }

@@ -263,8 +263,62 @@ func TestAllocatorErrorDetails(t *testing.T) {
 			t.Errorf("Error() = %q, want %q", c.err, c.want)
 		}
 	}
-	if h := a.Holders(netip.MustParseAddr("10.9.0.1")); !reflect.DeepEqual(h, []string{"ns/a"}) {
+	if h := holdersOf(a, netip.MustParseAddr("10.9.0.1")); !reflect.DeepEqual(h, []string{"ns/a"}) {
 		t.Errorf("Holders = %v", h)
+	}
+}
+
+// holdersOf is the Holders of ip in a.VIPs(), nil if free.
+func holdersOf(a *Allocator, ip netip.Addr) []string {
+	for _, v := range a.VIPs() {
+		if v.IP == ip {
+			return v.Holders
+		}
+	}
+	return nil
+}
+
+// TestSharingKeyIsPerNamespace: the same sharing key in two namespaces
+// does not join their Services; within one namespace it does.
+func TestSharingKeyIsPerNamespace(t *testing.T) {
+	a := NewAllocator(testPools(t))
+	ip := mustAlloc(t, a, "team-a/web", req4("", "lan", "shared", http))[0]
+	if _, err := a.Allocate("team-b/dns", req4(ip.String(), "lan", "shared", dns)); !errors.Is(err, ErrIPTaken) {
+		t.Errorf("another namespace joined %s with the same sharing key: err = %v", ip, err)
+	}
+	if got := mustAlloc(t, a, "team-b/other", req4("", "lan", "shared", dns)); got[0] == ip {
+		t.Errorf("another namespace's key gathered on %s", ip)
+	}
+	if got := mustAlloc(t, a, "team-a/dns", req4("", "lan", "shared", dns)); got[0] != ip {
+		t.Errorf("same namespace and key got %s, want to share %s", got[0], ip)
+	}
+	if err := a.Assign("team-c/x", ip, req4("", "", "shared", https)); !errors.Is(err, ErrIPTaken) {
+		t.Errorf("Assign across namespaces: err = %v, want taken", err)
+	}
+}
+
+// TestClaim: allocated addresses start unclaimed, loaded ones claimed, and
+// a released address forgets its claim.
+func TestClaim(t *testing.T) {
+	a := NewAllocator(testPools(t))
+	ip := mustAlloc(t, a, "ns/a", req4("", "lan", ""))[0]
+	if a.Claimed(ip) {
+		t.Error("a fresh allocation is claimed")
+	}
+	if !a.Claim(ip) || !a.Claimed(ip) || !a.VIPs()[0].Claimed {
+		t.Error("Claim did not stick")
+	}
+	a.Release("ns/a")
+	if a.Claim(ip) || a.Claimed(ip) {
+		t.Error("a released address can be claimed")
+	}
+	mustAlloc(t, a, "ns/b", req4(ip.String(), "lan", ""))
+	if a.Claimed(ip) {
+		t.Error("a re-allocated address kept the old claim")
+	}
+	loaded := netip.MustParseAddr("10.0.0.3")
+	if err := a.Assign("ns/c", loaded, req4("", "", "")); err != nil || !a.Claimed(loaded) {
+		t.Errorf("an address loaded from a status is not claimed (err %v)", err)
 	}
 }
 
@@ -277,17 +331,17 @@ func TestHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if h := a.Holders(ip); !reflect.DeepEqual(h, []string{"ns/a", "ns/b", "ns/c"}) {
+	if h := holdersOf(a, ip); !reflect.DeepEqual(h, []string{"ns/a", "ns/b", "ns/c"}) {
 		t.Errorf("Holders = %v, want sorted", h)
 	}
 	a.Release("ns/b")
 	a.Release("ns/b")
-	if h := a.Holders(ip); !reflect.DeepEqual(h, []string{"ns/a", "ns/c"}) {
+	if h := holdersOf(a, ip); !reflect.DeepEqual(h, []string{"ns/a", "ns/c"}) {
 		t.Errorf("after release Holders = %v", h)
 	}
 	a.Release("ns/a")
 	a.Release("ns/c")
-	if h := a.Holders(ip); h != nil {
+	if h := holdersOf(a, ip); h != nil {
 		t.Errorf("Holders of a free address = %v", h)
 	}
 	if len(a.byShare) != 0 || len(a.byKey) != 0 || len(a.byIP) != 0 {
@@ -364,7 +418,7 @@ func TestAllocatorConcurrent(t *testing.T) {
 					return
 				}
 				a.Lookup(key)
-				a.Holders(ips[0])
+				holdersOf(a, ips[0])
 				if i%3 == 0 {
 					a.Release(key)
 				}

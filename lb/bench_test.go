@@ -70,24 +70,15 @@ func BenchmarkAssign1000ThenAllocate(b *testing.B) {
 	}
 }
 
-// BenchmarkChooseAnnouncers1000x100 places 1000 VIPs on 100 nodes: half
-// keep their current node, half are new.
-func BenchmarkChooseAnnouncers1000x100(b *testing.B) {
-	nodes := make([]string, 100)
-	for i := range nodes {
-		nodes[i] = fmt.Sprintf("node-%03d", i)
-	}
-	in := make(map[string]AnnouncerInput, 1000)
-	for i := range 1000 {
-		cur := ""
-		if i%2 == 0 {
-			cur = nodes[i%100]
-		}
-		in[fmt.Sprintf("10.20.%d.%d", i/250, i%250+1)] = AnnouncerInput{Current: cur, Eligible: nodes}
+// BenchmarkPlace1000x100 places 1000 VIPs on 100 nodes.
+func BenchmarkPlace1000x100(b *testing.B) {
+	in := make(map[netip.Addr][]string, 1000)
+	for _, vip := range vips(1000) {
+		in[vip] = nodeNames(100)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if got := ChooseAnnouncers(in); len(got) != 1000 {
+		if got := Place(in); len(got) != 1000 {
 			b.Fatalf("%d VIPs placed", len(got))
 		}
 	}

@@ -1,88 +1,73 @@
 package lb
 
-import (
-	"slices"
-	"strings"
-)
+import "net/netip"
 
-// ChooseAnnouncer picks the node that answers ARP for vip. eligible is
-// already filtered by the caller (running domain, Ready, ready endpoints
-// for externalTrafficPolicy Local); load counts the VIPs each node answers
-// for now. current is kept while it is eligible, because every move costs
-// clients a round of gratuitous ARP and broken connections. Otherwise the
-// least-loaded eligible node wins; ties go to the node with the lowest
-// hash of (vip, node), so that VIPs chosen from the same loads still land
-// on different nodes, and the result never depends on the order of
-// eligible. It returns "" when no node is eligible.
-func ChooseAnnouncer(vip, current string, eligible []string, load map[string]int) string {
-	if current != "" && slices.Contains(eligible, current) {
-		return current
-	}
-	best, bestLoad, bestHash := "", 0, uint64(0)
+// Announcer is the node that answers for vip among eligible: the one with
+// the highest hash of (vip, node), i.e. rendezvous hashing. It depends on
+// nothing but its arguments, so a restarted CCM, a new leader and every
+// replica compute the same answer; a node that stops being eligible moves
+// only the VIPs it answered for (each to its own runner-up), a node that
+// joins takes only the VIPs it now wins, and VIPs spread evenly. Equal
+// hashes (never seen in practice) go to the smaller name. It returns ""
+// when no node is eligible; duplicates and order do not matter.
+func Announcer(vip netip.Addr, eligible []string) string {
+	best, bestHash := "", uint64(0)
 	vh := vipHash(vip)
 	for _, n := range eligible {
-		l, h := load[n], fnvAdd(vh, n)
-		better := best == "" || l < bestLoad ||
-			l == bestLoad && (h < bestHash || h == bestHash && n < best)
-		if better {
-			best, bestLoad, bestHash = n, l, h
+		h := score(vh, n)
+		if best == "" || h > bestHash || h == bestHash && n < best {
+			best, bestHash = n, h
 		}
 	}
 	return best
 }
 
-// AnnouncerInput is what ChooseAnnouncers needs to know about one VIP.
-type AnnouncerInput struct {
-	Current  string   // node answering now, "" if none
-	Eligible []string // nodes allowed to answer
-}
-
-// ChooseAnnouncers picks a node for every VIP at once. VIPs whose current
-// node is still eligible keep it and count towards its load first; the
-// others are then placed in VIP order, each adding to the load of the node
-// it got, so a node that fails spreads its VIPs over the rest. VIPs with no
-// eligible node are left out of the result.
-func ChooseAnnouncers(vips map[string]AnnouncerInput) map[string]string {
-	out := make(map[string]string, len(vips))
-	load := map[string]int{}
-	var moving []string
-	for vip, in := range vips {
-		if in.Current != "" && slices.Contains(in.Eligible, in.Current) {
-			out[vip] = in.Current
-			load[in.Current]++
-		} else {
-			moving = append(moving, vip)
-		}
-	}
-	slices.SortFunc(moving, strings.Compare)
-	for _, vip := range moving {
-		if n := ChooseAnnouncer(vip, "", vips[vip].Eligible, load); n != "" {
+// Place decides the answering node of every VIP at once: the VIP's
+// Announcer among its own eligible nodes (externalTrafficPolicy Local
+// narrows them per VIP). VIPs with no eligible node are left out.
+func Place(eligible map[netip.Addr][]string) map[netip.Addr]string {
+	out := make(map[netip.Addr]string, len(eligible))
+	for vip, nodes := range eligible {
+		if n := Announcer(vip, nodes); n != "" {
 			out[vip] = n
-			load[n]++
 		}
 	}
 	return out
 }
 
-// FNV-1a, 64 bit: stable across processes and releases, unlike
-// hash/maphash, so a restarted CCM breaks ties the same way.
+// FNV-1a, 64 bit, then a final mix: stable across processes, releases and
+// architectures (unlike hash/maphash), so every replica agrees.
 const (
 	fnvOffset = 14695981039346656037
 	fnvPrime  = 1099511628211
 )
 
-// tieHash hashes vip, a zero byte and node.
-func tieHash(vip, node string) uint64 { return fnvAdd(vipHash(vip), node) }
-
-// vipHash is the hash state after vip and the zero separator, computed
-// once per VIP and extended by each node name.
-func vipHash(vip string) uint64 {
-	return fnvAdd(fnvOffset, vip) * fnvPrime // the separator: h ^ 0 == h
+// vipHash is the hash state after the VIP's 16-byte form and a separator,
+// computed once per VIP and extended by each node name.
+func vipHash(vip netip.Addr) uint64 {
+	b := vip.Unmap().As16()
+	h := uint64(fnvOffset)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * fnvPrime
+	}
+	return h * fnvPrime // the zero separator: h ^ 0 == h
 }
 
-func fnvAdd(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint64(s[i])) * fnvPrime
+// score is the rendezvous weight of node for the VIP whose state is vh.
+// FNV alone lets names that differ in their last byte land close together;
+// the splitmix64 finalizer spreads them over the whole range.
+func score(vh uint64, node string) uint64 {
+	h := vh
+	for i := 0; i < len(node); i++ {
+		h = (h ^ uint64(node[i])) * fnvPrime
 	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
 	return h
 }
+
+// hashOf is score for one (vip, node) pair, for tests.
+func hashOf(vip netip.Addr, node string) uint64 { return score(vipHash(vip), node) }
