@@ -51,17 +51,23 @@ var _ Conn = (*arp.Client)(nil)
 type Neighbours interface {
 	NeighSet(neigh *netlink.Neigh) error
 	NeighDel(neigh *netlink.Neigh) error
+	NeighList(linkIndex, family int) ([]netlink.Neigh, error)
 }
 
 var _ Neighbours = (*netlink.Handle)(nil)
 
 // LinkWatcher tells when a link comes (back) up.
 type LinkWatcher interface {
-	// WatchUp sends on the returned channel each time the link with the given
-	// index goes from down to up, until ctx is done; then the channel is closed.
-	// Sends may be coalesced.
-	WatchUp(ctx context.Context, index int) (<-chan struct{}, error)
+	// WatchUp sends the link's index on the returned channel each time the
+	// link with the given name goes from down (or absent) to up, until ctx
+	// is done; then the channel is closed. A link deleted and created again
+	// under the name comes up with a new index. Sends may be coalesced.
+	WatchUp(ctx context.Context, name string) (<-chan int, error)
 }
+
+// Reopen finds the bridge by name again after it was re-created and opens
+// a new ARP connection on it.
+type Reopen func(name string) (*net.Interface, Conn, error)
 
 // ErrNotRunning is returned by Probe when Run is not reading from the bridge.
 var ErrNotRunning = errors.New("announcer is not running")
@@ -91,6 +97,10 @@ type Options struct {
 	// Links reports the bridge coming back up. New defaults to rtnetlink in the
 	// network namespace New was called in; NewWithConn defaults to no watching.
 	Links LinkWatcher
+	// Reopen rebinds to a bridge re-created under the same name. New
+	// defaults to reopening in the namespace New was called in; with
+	// NewWithConn a new index only re-announces.
+	Reopen Reopen
 }
 
 func (o Options) withDefaults() Options {
@@ -134,14 +144,22 @@ type entry struct {
 // Announcer answers ARP for owned VIPs on one bridge. Its methods are safe for
 // concurrent use.
 type Announcer struct {
-	index int              // bridge interface index
-	name  string           // bridge name, for messages
-	mac   net.HardwareAddr // bridge MAC, the sender of probes
-	conn  Conn
+	name  string // bridge name: found again by it when re-created
 	neigh Neighbours
 	opts  Options
 	// release frees what New acquired beyond the conn.
 	release func()
+
+	// linkMu guards the bridge's current incarnation: index, MAC and the
+	// connection bound to it, all replaced when the bridge is re-created.
+	linkMu sync.RWMutex
+	index  int
+	mac    net.HardwareAddr
+	conn   Conn
+
+	// active: this process is the host's announcer for the bridge and
+	// answers and announces; otherwise it only reads (for Probe).
+	active atomic.Bool
 
 	// opMu orders Set, Remove and neighbour-table writes, so the table always
 	// ends up matching the last call for each VIP.
@@ -182,13 +200,18 @@ func New(ifi *net.Interface, neighbours Neighbours, opts Options) (*Announcer, e
 		return nil, fmt.Errorf("ARP client on %s (needs an IPv4 address): %w", ifi.Name, err)
 	}
 	var release func()
-	if opts.Links == nil {
+	if opts.Links == nil || opts.Reopen == nil {
 		ns, err := netns.Get()
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("getting the network namespace of %s: %w", ifi.Name, err)
 		}
-		opts.Links = NetlinkLinks{Namespace: &ns}
+		if opts.Links == nil {
+			opts.Links = NetlinkLinks{Namespace: &ns}
+		}
+		if opts.Reopen == nil {
+			opts.Reopen = reopenIn(ns)
+		}
 		release = func() { ns.Close() }
 	}
 	a, err := NewWithConn(ifi, c, neighbours, opts)
@@ -213,7 +236,7 @@ func NewWithConn(ifi *net.Interface, conn Conn, neighbours Neighbours, opts Opti
 	if len(ifi.HardwareAddr) != 6 {
 		return nil, fmt.Errorf("announce: interface %s has no Ethernet address", ifi.Name)
 	}
-	return &Announcer{
+	a := &Announcer{
 		index:      ifi.Index,
 		name:       ifi.Name,
 		mac:        bytes.Clone(ifi.HardwareAddr),
@@ -226,12 +249,22 @@ func NewWithConn(ifi *net.Interface, conn Conn, neighbours Neighbours, opts Opti
 		probes:     make(map[netip.Addr]map[*prober]struct{}),
 		started:    make(chan struct{}),
 		readerDone: make(chan struct{}),
-	}, nil
+	}
+	a.active.Store(true)
+	return a, nil
+}
+
+// link returns the bridge's current index, MAC and connection.
+func (a *Announcer) link() (int, net.HardwareAddr, Conn) {
+	a.linkMu.RLock()
+	defer a.linkMu.RUnlock()
+	return a.index, a.mac, a.conn
 }
 
 // Close releases the socket. Call it after Run has returned.
 func (a *Announcer) Close() error {
-	err := a.conn.Close()
+	_, _, conn := a.link()
+	err := conn.Close()
 	if a.release != nil {
 		a.release()
 	}
@@ -349,8 +382,9 @@ func (a *Announcer) syncNeighbours() (int, error) {
 }
 
 func (a *Announcer) neighbour(vip netip.Addr, mac net.HardwareAddr) *netlink.Neigh {
+	index, _, _ := a.link()
 	return &netlink.Neigh{
-		LinkIndex:    a.index,
+		LinkIndex:    index,
 		Family:       netlink.FAMILY_V4,
 		State:        netlink.NUD_PERMANENT,
 		IP:           net.IP(vip.AsSlice()),
@@ -371,4 +405,69 @@ func validVIP(vip netip.Addr) error {
 		return fmt.Errorf("announce: %s is not a unicast IPv4 address", vip)
 	}
 	return nil
+}
+
+// SetActive says whether this Announcer answers and announces on the
+// bridge: only the host's one announcer may (see Role). While inactive it
+// reads the bridge (Probe works) but writes nothing; gratuitous rounds due
+// meanwhile are sent once it is active.
+func (a *Announcer) SetActive(on bool) {
+	if a.active.Swap(on) != on && on {
+		a.wake()
+	}
+}
+
+// Answering returns every owned VIP and the MAC that answers for it.
+func (a *Announcer) Answering() map[netip.Addr]net.HardwareAddr {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make(map[netip.Addr]net.HardwareAddr, len(a.vips))
+	for vip, e := range a.vips {
+		out[vip] = bytes.Clone(e.mac)
+	}
+	return out
+}
+
+// Adopt makes the owned VIPs exactly want, as answers only: no gratuitous
+// ARP and no neighbour-table writes, since want comes from the host's own
+// record of what was announced (see Recorded). A VIP whose MAC is unchanged
+// keeps its state.
+func (a *Announcer) Adopt(want map[netip.Addr]net.HardwareAddr) {
+	a.opMu.Lock()
+	defer a.opMu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for vip, e := range a.vips {
+		if mac, ok := want[vip]; !ok || !bytes.Equal(mac, e.mac) {
+			delete(a.vips, vip)
+			delete(a.neighOK, vip)
+		}
+	}
+	for vip, mac := range want {
+		if _, ok := a.vips[vip]; !ok && validVIP(vip) == nil && len(mac) == 6 {
+			a.vips[vip] = &entry{mac: bytes.Clone(mac)}
+			a.neighOK[vip] = true
+		}
+	}
+}
+
+// Recorded reads the host's permanent IPv4 neighbour entries on the bridge:
+// the durable record, kept by the kernel across a restart of this process,
+// of what the last announcer installed (VIP → MAC of the answering node).
+func (a *Announcer) Recorded() (map[netip.Addr]net.HardwareAddr, error) {
+	index, _, _ := a.link()
+	list, err := a.neigh.NeighList(index, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("listing neighbours on %s: %w", a.name, err)
+	}
+	out := map[netip.Addr]net.HardwareAddr{}
+	for _, n := range list {
+		if n.State&netlink.NUD_PERMANENT == 0 || len(n.HardwareAddr) != 6 {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(n.IP); ok {
+			out[ip.Unmap()] = bytes.Clone(n.HardwareAddr)
+		}
+	}
+	return out, nil
 }

@@ -205,11 +205,23 @@ func (f *fakeNeighbours) setFail(err error) {
 	f.fail = err
 }
 
+func (f *fakeNeighbours) NeighList(index, _ int) ([]netlink.Neigh, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []netlink.Neigh
+	for _, n := range f.table {
+		if n.LinkIndex == index {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
 // fakeLinks lets a test say "the bridge came back up".
 type fakeLinks struct{ up chan struct{} }
 
-func (f *fakeLinks) WatchUp(ctx context.Context, _ int) (<-chan struct{}, error) {
-	out := make(chan struct{})
+func (f *fakeLinks) WatchUp(ctx context.Context, _ string) (<-chan int, error) {
+	out := make(chan int)
 	go func() {
 		defer close(out)
 		for {
@@ -218,7 +230,7 @@ func (f *fakeLinks) WatchUp(ctx context.Context, _ int) (<-chan struct{}, error)
 				return
 			case <-f.up:
 				select {
-				case out <- struct{}{}:
+				case out <- 0:
 				case <-ctx.Done():
 					return
 				}

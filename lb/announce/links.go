@@ -25,22 +25,31 @@ var _ LinkWatcher = NetlinkLinks{}
 // one). If the subscription breaks (the kernel drops messages when the socket
 // overflows), it subscribes again and reports the link as having come up, since
 // a transition may have been missed.
-func (w NetlinkLinks) WatchUp(ctx context.Context, index int) (<-chan struct{}, error) {
+func (w NetlinkLinks) WatchUp(ctx context.Context, name string) (<-chan int, error) {
 	updates, done, err := w.subscribe(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to link updates: %w", err)
 	}
-	out := make(chan struct{}, 1)
-	signal := func() {
+	out := make(chan int, 1)
+	signal := func(index int) {
 		select {
-		case out <- struct{}{}:
+		case out <- index:
 		default:
+			// Replace a pending, older index with this one.
+			select {
+			case <-out:
+			default:
+			}
+			select {
+			case out <- index:
+			default:
+			}
 		}
 	}
 	go func() {
 		defer close(out)
 		logger := klog.FromContext(ctx)
-		known, up := false, false
+		known, up, index, missed := false, false, 0, false
 		for {
 			select {
 			case <-ctx.Done():
@@ -56,18 +65,17 @@ func (w NetlinkLinks) WatchUp(ctx context.Context, index int) (<-chan struct{}, 
 					if updates, done = w.resubscribe(ctx); updates == nil {
 						return
 					}
-					known = false
-					signal()
+					known, missed = false, true
 					continue
 				}
-				if u.Link == nil || u.Link.Attrs().Index != index {
+				if u.Link == nil || u.Link.Attrs().Name != name {
 					continue
 				}
 				now := linkUp(u)
-				if known && now && !up {
-					signal()
+				if now && (missed || known && (!up || u.Link.Attrs().Index != index)) {
+					signal(u.Link.Attrs().Index)
 				}
-				known, up = true, now
+				known, up, index, missed = true, now, u.Link.Attrs().Index, false
 			}
 		}
 	}()

@@ -84,18 +84,19 @@ func (a *Announcer) Probe(ctx context.Context, vip netip.Addr) (owner net.Hardwa
 }
 
 func (a *Announcer) sendProbe(vip netip.Addr) error {
+	_, mac, conn := a.link()
 	p := &arp.Packet{
 		HardwareType:       1,
 		ProtocolType:       uint16(ethernet.EtherTypeIPv4),
 		HardwareAddrLength: 6,
 		IPLength:           4,
 		Operation:          arp.OperationRequest,
-		SenderHardwareAddr: a.mac,
+		SenderHardwareAddr: mac,
 		SenderIP:           netip.IPv4Unspecified(),
 		TargetHardwareAddr: zeroMAC,
 		TargetIP:           vip,
 	}
-	if err := a.conn.WriteTo(p, ethernet.Broadcast); err != nil {
+	if err := conn.WriteTo(p, ethernet.Broadcast); err != nil {
 		a.writeErrors.Add(1)
 		return err
 	}
@@ -120,7 +121,7 @@ func (a *Announcer) notifyProbes(p *arp.Packet) {
 	if waiting == 0 {
 		return
 	}
-	if bytes.Equal(p.SenderHardwareAddr, a.mac) {
+	if _, mac, _ := a.link(); bytes.Equal(p.SenderHardwareAddr, mac) {
 		return // the bridge itself
 	}
 	if mac, ok := a.Owned(claimed); ok && bytes.Equal(mac, p.SenderHardwareAddr) {

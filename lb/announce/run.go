@@ -29,9 +29,9 @@ func (a *Announcer) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("bridge", a.name)
 	ctx = klog.NewContext(ctx, logger)
 
-	var linkUp <-chan struct{}
+	var linkUp <-chan int
 	if a.opts.Links != nil {
-		ch, err := a.opts.Links.WatchUp(ctx, a.index)
+		ch, err := a.opts.Links.WatchUp(ctx, a.name)
 		if err != nil {
 			close(a.readerDone)
 			return err
@@ -47,11 +47,20 @@ func (a *Announcer) Run(ctx context.Context) error {
 		a.readLoop(ctx)
 	}()
 	go func() {
-		// Unblock the reader once ctx is done.
+		// Unblock the reader once ctx is done, on whichever connection it
+		// reads by then.
 		defer wg.Done()
 		<-ctx.Done()
-		if err := a.conn.SetReadDeadline(time.Now()); err != nil {
-			logger.V(2).Info("Could not interrupt the ARP reader", "err", err)
+		for {
+			_, _, conn := a.link()
+			if err := conn.SetReadDeadline(time.Now()); err != nil {
+				logger.V(2).Info("Could not interrupt the ARP reader", "err", err)
+			}
+			select {
+			case <-a.readerDone:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 	}()
 	go func() {
@@ -73,13 +82,17 @@ func (a *Announcer) readLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	var lastLog time.Time
 	for {
-		p, eth, err := a.conn.Read()
+		_, _, conn := a.link()
+		p, eth, err := conn.Read()
 		if err == nil {
 			a.handle(ctx, p, eth)
 			continue
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if _, _, now := a.link(); now != conn {
+			continue // the bridge was re-created: read the new socket
 		}
 		if errors.Is(err, net.ErrClosed) {
 			logger.Error(err, "ARP socket closed; no longer answering")
@@ -119,11 +132,11 @@ func (a *Announcer) handle(ctx context.Context, p *arp.Packet, eth *ethernet.Fra
 	if p.SenderHardwareAddr[0]&1 != 0 {
 		return // a group address never sends anything
 	}
-	if p.SenderIP.IsUnspecified() && bytes.Equal(p.SenderHardwareAddr, a.mac) {
+	if _, mac, _ := a.link(); p.SenderIP.IsUnspecified() && bytes.Equal(p.SenderHardwareAddr, mac) {
 		return // one of our own probes
 	}
 	a.notifyProbes(p)
-	if p.Operation == arp.OperationRequest {
+	if p.Operation == arp.OperationRequest && a.active.Load() {
 		a.answer(ctx, p, eth)
 	}
 }
@@ -156,7 +169,8 @@ func (a *Announcer) answer(ctx context.Context, req *arp.Packet, eth *ethernet.F
 		TargetHardwareAddr: req.SenderHardwareAddr,
 		TargetIP:           req.SenderIP,
 	}
-	if err := a.conn.WriteTo(reply, dst); err != nil {
+	_, _, conn := a.link()
+	if err := conn.WriteTo(reply, dst); err != nil {
 		a.writeErrors.Add(1)
 		klog.FromContext(ctx).V(2).Info("Answering ARP", "vip", vip, "to", dst, "err", err)
 		return
@@ -166,8 +180,9 @@ func (a *Announcer) answer(ctx context.Context, req *arp.Packet, eth *ethernet.F
 
 // announceLoop sends gratuitous ARP rounds as they fall due, re-arms every VIP
 // when the link comes back up, and refreshes slowly.
-func (a *Announcer) announceLoop(ctx context.Context, linkUp <-chan struct{}) {
+func (a *Announcer) announceLoop(ctx context.Context, linkUp <-chan int) {
 	logger := klog.FromContext(ctx)
+	var retry <-chan time.Time // rebinding to a re-created bridge failed
 	var refresh <-chan time.Time
 	if a.opts.Refresh > 0 {
 		t := time.NewTicker(a.opts.Refresh)
@@ -191,12 +206,27 @@ func (a *Announcer) announceLoop(ctx context.Context, linkUp <-chan struct{}) {
 		case <-refresh:
 			a.rearm(1)
 			a.resyncNeighbours(ctx)
-		case _, ok := <-linkUp:
+		case index, ok := <-linkUp:
 			if !ok {
 				linkUp = nil
 				continue
 			}
-			logger.Info("Bridge is up again; re-announcing every VIP")
+			retry = nil
+			if err := a.rebind(ctx, index); err != nil {
+				logger.Error(err, "Bridge re-created; cannot bind to it yet, retrying")
+				retry = time.After(200 * time.Millisecond)
+				continue
+			}
+			logger.Info("Bridge is up again; re-announcing every VIP", "index", index)
+			a.resyncNeighbours(ctx)
+			a.rearm(a.opts.Count)
+		case <-retry:
+			retry = nil
+			if err := a.rebind(ctx, -1); err != nil {
+				retry = time.After(200 * time.Millisecond)
+				continue
+			}
+			logger.Info("Bound to the re-created bridge; re-announcing every VIP")
 			a.resyncNeighbours(ctx)
 			a.rearm(a.opts.Count)
 		}
@@ -225,6 +255,9 @@ func (a *Announcer) rearm(rounds int) {
 // sendDue writes the rounds due at now and returns how long until the next
 // one, or -1 if none is pending.
 func (a *Announcer) sendDue(ctx context.Context, now time.Time) time.Duration {
+	if !a.active.Load() {
+		return -1 // SetActive(true) wakes the loop
+	}
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	var next time.Time
@@ -261,6 +294,7 @@ func (a *Announcer) sendDue(ctx context.Context, now time.Time) time.Duration {
 // both from mac, to the broadcast address. Linux moves an existing, fresh
 // neighbour entry only when it sees both forms.
 func (a *Announcer) sendRound(vip netip.Addr, mac net.HardwareAddr) error {
+	_, _, conn := a.link()
 	var first error
 	for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
 		target := zeroMAC
@@ -278,7 +312,7 @@ func (a *Announcer) sendRound(vip netip.Addr, mac net.HardwareAddr) error {
 			TargetHardwareAddr: target,
 			TargetIP:           vip,
 		}
-		if err := a.conn.WriteTo(p, ethernet.Broadcast); err != nil {
+		if err := conn.WriteTo(p, ethernet.Broadcast); err != nil {
 			a.writeErrors.Add(1)
 			if first == nil {
 				first = err
@@ -288,4 +322,34 @@ func (a *Announcer) sendRound(vip netip.Addr, mac net.HardwareAddr) error {
 		a.gratuitous.Add(1)
 	}
 	return first
+}
+
+// rebind moves to the bridge's incarnation with this index (-1: look it
+// up), when the bridge was deleted and created again under its name: a new
+// socket, and the neighbour entries and announcements follow on the new
+// index. The same index (the bridge only went down and up) keeps everything.
+func (a *Announcer) rebind(ctx context.Context, index int) error {
+	cur, _, _ := a.link()
+	if cur == index || a.opts.Reopen == nil {
+		return nil
+	}
+	ifi, conn, err := a.opts.Reopen(a.name)
+	if err != nil {
+		return err
+	}
+	if ifi.Index == cur {
+		return conn.Close()
+	}
+	a.linkMu.Lock()
+	old := a.conn
+	a.index, a.mac, a.conn = ifi.Index, bytes.Clone(ifi.HardwareAddr), conn
+	a.linkMu.Unlock()
+	if ctx.Err() != nil {
+		_ = conn.SetReadDeadline(time.Now())
+	}
+	_ = old.Close() // the reader moves to the new socket
+	a.opMu.Lock()
+	clear(a.neighOK)
+	a.opMu.Unlock()
+	return nil
 }

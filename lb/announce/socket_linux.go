@@ -1,8 +1,13 @@
 package announce
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"runtime"
+
+	"github.com/mdlayher/arp"
+	"github.com/vishvananda/netns"
 
 	"github.com/mdlayher/packet"
 	"golang.org/x/sys/unix"
@@ -32,4 +37,57 @@ func listen(ifi *net.Interface) (net.PacketConn, error) {
 		return nil, fmt.Errorf("setting PACKET_IGNORE_OUTGOING: %w", serr)
 	}
 	return c, nil
+}
+
+// reopenIn returns a Reopen that finds the bridge by name in ns and opens
+// a new ARP socket on it there, whatever namespace the calling thread is in.
+func reopenIn(ns netns.NsHandle) Reopen {
+	return func(name string) (*net.Interface, Conn, error) {
+		var (
+			ifi *net.Interface
+			c   *arp.Client
+		)
+		err := inNamespace(ns, func() error {
+			var err error
+			if ifi, err = net.InterfaceByName(name); err != nil {
+				return err
+			}
+			pc, err := listen(ifi)
+			if err != nil {
+				return fmt.Errorf("opening ARP socket on %s: %w", name, err)
+			}
+			if c, err = arp.New(ifi, pc); err != nil {
+				pc.Close()
+				return fmt.Errorf("ARP client on %s (needs an IPv4 address): %w", name, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return ifi, c, nil
+	}
+}
+
+// inNamespace runs fn on a thread switched into ns and switches it back; a
+// thread that cannot be switched back stays locked and dies with its
+// goroutine.
+func inNamespace(ns netns.NsHandle, fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("current network namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("entering the bridge's network namespace: %w", err)
+	}
+	ferr := fn()
+	if err := netns.Set(orig); err != nil {
+		return errors.Join(ferr, fmt.Errorf("restoring the network namespace: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
 }
