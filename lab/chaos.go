@@ -1,0 +1,280 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// ChaosOptions configure Chaos.
+type ChaosOptions struct {
+	Duration time.Duration
+	Seed     int64
+	// Verbose prints every broken invariant as it appears and clears,
+	// excused or not.
+	Verbose bool
+	Out     io.Writer
+}
+
+// ErrViolations is returned (wrapped) by Chaos when an invariant broke.
+var ErrViolations = errors.New("invariants violated")
+
+// Chaos injects the faults of a seeded plan into the running lab for
+// opts.Duration while checking its invariants continuously, then removes
+// the Services it made and returns what happened. It runs as root inside
+// the lab's namespace. The error wraps ErrViolations when an invariant
+// broke beyond its settle time.
+func Chaos(ctx context.Context, st *State, opts ChaosOptions) (ChaosSummary, error) {
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if st.Light {
+		return ChaosSummary{}, errors.New("chaos needs a lab with guests and libvirtd, not a light one")
+	}
+	client, err := adminClient(st.Kubeconfig)
+	if err != nil {
+		return ChaosSummary{}, err
+	}
+	if err := ensureNamespace(ctx, client, ChaosNamespace); err != nil {
+		return ChaosSummary{}, err
+	}
+	if err := lanClientUp(); err != nil {
+		return ChaosSummary{}, fmt.Errorf("LAN client on %s: %w", Bridge, err)
+	}
+	defer lanClientDown()
+	prober, err := newARPProber(chaosClientNetns, chaosVethClient)
+	if err != nil {
+		return ChaosSummary{}, err
+	}
+	defer prober.Close()
+
+	r := &chaosRun{
+		opts: opts, tr: NewTracker(), out: &linePrinter{w: opts.Out},
+		obs: newObserver(st, client, prober),
+	}
+	r.inj = &injector{st: st, client: client, obs: r.obs}
+	start := time.Now()
+	r.out.printf("chaos: seed %d, %s, nodes %v, LAN client %s on %s", opts.Seed, opts.Duration, st.Nodes, chaosClientIP, Bridge)
+
+	checkCtx, stopChecks := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.checkLoop(checkCtx)
+	}()
+	runErr := r.faultLoop(ctx, start.Add(opts.Duration), st.Nodes)
+	stopChecks()
+	wg.Wait()
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := deleteChaosServices(cctx, client); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	r.mu.Lock()
+	sum := r.tr.Summary(opts.Seed, time.Since(start), r.skipped)
+	r.mu.Unlock()
+	sum.Write(opts.Out)
+	if runErr != nil {
+		return sum, runErr
+	}
+	if len(sum.Violations) > 0 {
+		return sum, fmt.Errorf("%d %w", len(sum.Violations), ErrViolations)
+	}
+	return sum, nil
+}
+
+type chaosRun struct {
+	opts ChaosOptions
+	obs  *observer
+	inj  *injector
+	out  *linePrinter
+
+	mu      sync.Mutex // guards the fields below
+	tr      *Tracker
+	latest  *Snapshot
+	skipped int
+}
+
+// checkLoop takes snapshots back to back (at most two a second), judges
+// each and prints the violations, until ctx ends.
+func (r *chaosRun) checkLoop(ctx context.Context) {
+	var prev *Snapshot
+	var shown []Condition
+	for ctx.Err() == nil {
+		began := time.Now()
+		s, err := r.obs.snapshot(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.mu.Lock()
+			r.skipped++
+			r.mu.Unlock()
+			r.out.printf("check skipped: %v", err)
+		} else {
+			s.End = time.Now()
+			conds := Evaluate(prev, s)
+			r.mu.Lock()
+			vs := r.tr.Observe(s.At, s.End, conds)
+			r.latest = s
+			r.mu.Unlock()
+			if r.opts.Verbose {
+				shown = r.showChanges(shown, conds)
+			}
+			for _, v := range vs {
+				r.out.line(v.String())
+			}
+			prev = s
+		}
+		sleep(ctx, 500*time.Millisecond-time.Since(began))
+	}
+}
+
+// showChanges prints conditions that appeared or cleared since shown.
+func (r *chaosRun) showChanges(shown, now []Condition) []Condition {
+	ids := map[string]bool{}
+	for _, c := range now {
+		ids[c.ID()] = true
+	}
+	was := map[string]bool{}
+	for _, c := range shown {
+		was[c.ID()] = true
+		if !ids[c.ID()] {
+			r.out.printf("cleared: %s", c.ID())
+		}
+	}
+	for _, c := range now {
+		if !was[c.ID()] {
+			r.out.printf("broken: %s", c)
+		}
+	}
+	return now
+}
+
+// faultLoop injects the plan's faults one at a time until deadline: each
+// is injected, held, recovered from; then the loop waits for the
+// invariants to hold again (or the settle bound to pass) and the fault's
+// gap. A node fault waits until every node can answer for VIPs again, so
+// that VIPs always have somewhere to go.
+func (r *chaosRun) faultLoop(ctx context.Context, deadline time.Time, nodes []string) error {
+	if err := r.waitFirstCheck(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	plan := NewPlan(r.opts.Seed, nodes)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		f := plan.Next()
+		if f.Kind.isNode() {
+			if err := r.waitNodesEligible(ctx, len(nodes), 4*time.Minute); err != nil {
+				r.out.printf("skipping %s: %v", f, err)
+				continue
+			}
+		}
+		if err := r.run(ctx, f); err != nil {
+			return err
+		}
+		r.waitSettled(ctx, f.Kind.policy().Settle+5*time.Second)
+		sleep(ctx, f.Gap)
+	}
+	return nil
+}
+
+// run injects f, holds it and undoes it. The undo runs even when ctx has
+// ended, so that an interrupted run leaves the lab whole.
+func (r *chaosRun) run(ctx context.Context, f Fault) error {
+	r.out.printf("inject %s", f)
+	from := time.Now()
+	undo, err := r.inj.inject(ctx, f)
+	if err != nil {
+		return fmt.Errorf("inject %s: %w", f, err)
+	}
+	r.mu.Lock()
+	id := r.tr.Inject(f.Kind, from, time.Now())
+	r.mu.Unlock()
+	if undo == nil {
+		return nil
+	}
+	sleep(ctx, f.Hold)
+	r.out.printf("recover %s", f.Kind)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	from = time.Now()
+	if err := undo(uctx); err != nil {
+		return fmt.Errorf("recover from %s: %w", f, err)
+	}
+	r.mu.Lock()
+	r.tr.Recover(id, from, time.Now())
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *chaosRun) waitFirstCheck(ctx context.Context, timeout time.Duration) error {
+	return r.waitFor(ctx, timeout, func() bool { return r.latest != nil })
+}
+
+func (r *chaosRun) waitSettled(ctx context.Context, timeout time.Duration) {
+	_ = r.waitFor(ctx, timeout, func() bool { return r.tr.Settled() })
+}
+
+// waitNodesEligible waits until a check made after the call finds all n
+// nodes eligible to answer for VIPs.
+func (r *chaosRun) waitNodesEligible(ctx context.Context, n int, timeout time.Duration) error {
+	since := time.Now()
+	return r.waitFor(ctx, timeout, func() bool {
+		return r.latest != nil && r.latest.At.After(since) && len(eligibleMACs(r.latest)) == n
+	})
+}
+
+// waitFor polls cond (called with r.mu held) until it holds.
+func (r *chaosRun) waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", timeout)
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// linePrinter writes timestamped lines from several goroutines.
+type linePrinter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (p *linePrinter) line(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *linePrinter) printf(format string, args ...any) {
+	p.line(time.Now().Format("15:04:05.000") + " " + fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,348 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/netroutes"
+)
+
+// The LAN client chaos probes VIPs from: a namespace of its own with a
+// veth on the lab bridge, as a machine on the LAN would be (the CCM does
+// not answer the host's own ARP requests).
+const (
+	chaosClientNetns = "labcloud-chaos"
+	chaosVethLab     = "lcchaos0" // in the lab namespace, a port of the bridge
+	chaosVethClient  = "lcchaos1" // in the client namespace
+	chaosClientIP    = "10.123.0.252"
+	excludeLBLabel   = "node.kubernetes.io/exclude-from-external-load-balancers"
+)
+
+// lanClientUp makes the LAN client namespace and its veth on the bridge.
+// It runs in the lab's namespace.
+func lanClientUp() error {
+	lanClientDown()
+	cmds := [][]string{
+		{"netns", "add", chaosClientNetns},
+		{"link", "add", chaosVethLab, "type", "veth", "peer", "name", chaosVethClient, "netns", chaosClientNetns},
+		{"link", "set", chaosVethLab, "master", Bridge, "up"},
+		{"-n", chaosClientNetns, "addr", "add", chaosClientIP + "/24", "dev", chaosVethClient},
+		{"-n", chaosClientNetns, "link", "set", chaosVethClient, "up"},
+		{"-n", chaosClientNetns, "link", "set", "lo", "up"},
+	}
+	for _, c := range cmds {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			lanClientDown()
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(c, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// lanClientDown removes the LAN client (its veth goes with the namespace).
+func lanClientDown() {
+	_ = exec.Command("ip", "netns", "del", chaosClientNetns).Run()
+	_ = exec.Command("ip", "link", "del", chaosVethLab).Run()
+}
+
+// arpProber sends ARP requests for VIPs from the LAN client and collects
+// every answer.
+type arpProber struct {
+	c *arp.Client
+}
+
+// newARPProber opens a raw ARP socket on ifName in namespace ns. The
+// socket stays in that namespace; the calling thread is restored.
+func newARPProber(ns, ifName string) (*arpProber, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("current network namespace: %w", err)
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(ns)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", ns, err)
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		return nil, fmt.Errorf("enter network namespace %s: %w", ns, err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(fmt.Sprintf("cannot restore the network namespace: %v", err)) // the thread would run in the wrong namespace
+		}
+	}()
+	ifi, err := net.InterfaceByName(ifName)
+	if err != nil {
+		return nil, fmt.Errorf("%s in %s: %w", ifName, ns, err)
+	}
+	c, err := arp.Dial(ifi)
+	if err != nil {
+		return nil, fmt.Errorf("ARP socket on %s in %s: %w", ifName, ns, err)
+	}
+	return &arpProber{c: c}, nil
+}
+
+func (p *arpProber) Close() error { return p.c.Close() }
+
+// Probe asks for every VIP and returns, for each, the distinct MACs that
+// answered within wait; VIPs nobody answered are asked once more, as a
+// client retries.
+func (p *arpProber) Probe(ctx context.Context, vips []netip.Addr, wait time.Duration) (map[netip.Addr][]string, error) {
+	out := map[netip.Addr][]string{}
+	for attempt := 0; attempt < 2; attempt++ {
+		var ask []netip.Addr
+		for _, v := range vips {
+			if len(out[v]) == 0 {
+				ask = append(ask, v)
+			}
+		}
+		if len(ask) == 0 || ctx.Err() != nil {
+			break
+		}
+		for _, v := range ask {
+			if err := p.c.Request(v); err != nil {
+				return nil, fmt.Errorf("ARP request for %s: %w", v, err)
+			}
+		}
+		if err := p.collect(ask, time.Now().Add(wait), out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// collect reads replies to our requests for vips until deadline.
+func (p *arpProber) collect(vips []netip.Addr, deadline time.Time, out map[netip.Addr][]string) error {
+	if err := p.c.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	me := p.c.HardwareAddr().String()
+	for {
+		pkt, _, err := p.c.Read()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil
+			}
+			if errors.Is(err, arp.ErrInvalidHardwareAddr) || errors.Is(err, arp.ErrInvalidIP) {
+				continue // not an Ethernet/IPv4 ARP packet
+			}
+			return fmt.Errorf("read ARP: %w", err)
+		}
+		if pkt.Operation != arp.OperationReply || pkt.TargetHardwareAddr.String() != me || !slices.Contains(vips, pkt.SenderIP) {
+			continue
+		}
+		mac := strings.ToLower(pkt.SenderHardwareAddr.String())
+		if !slices.Contains(out[pkt.SenderIP], mac) {
+			out[pkt.SenderIP] = append(out[pkt.SenderIP], mac)
+			slices.Sort(out[pkt.SenderIP])
+		}
+	}
+}
+
+// observer takes snapshots of the lab.
+type observer struct {
+	st     *State
+	client kubernetes.Interface
+	arp    *arpProber
+	subnet netip.Prefix
+
+	mu      sync.Mutex
+	downAt  map[string]time.Time // when each domain was last made or seen to go down
+	domains map[string]SnapDomain
+}
+
+func newObserver(st *State, client kubernetes.Interface, p *arpProber) *observer {
+	return &observer{st: st, client: client, arp: p, subnet: netip.MustParsePrefix(subnet + ".0/24"), downAt: map[string]time.Time{}}
+}
+
+// wentDown records that chaos stopped a domain at t.
+func (o *observer) wentDown(name string, t time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t.After(o.downAt[name]) {
+		o.downAt[name] = t
+	}
+}
+
+// snapshot reads the lab. An error means the snapshot is incomplete (the
+// API server or the kernel could not be read) and must not be judged.
+func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
+	s := &Snapshot{At: time.Now(), Subnet: o.subnet}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	nodes, err := o.client.CoreV1().Nodes().List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	svcs, err := o.client.CoreV1().Services("").List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list services: %w", err)
+	}
+	for i := range nodes.Items {
+		s.Nodes = append(s.Nodes, snapNode(&nodes.Items[i]))
+	}
+	for i := range svcs.Items {
+		if svc := &svcs.Items[i]; svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+			s.Services = append(s.Services, snapService(svc))
+		}
+	}
+	s.Domains, s.DomainsKnown = o.readDomains(s.At)
+	if s.Routes, err = bridgeRoutes(); err != nil {
+		return nil, err
+	}
+	if s.ARP, err = o.arp.Probe(ctx, snapshotVIPs(s), 400*time.Millisecond); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func snapNode(n *v1.Node) SnapNode {
+	sn := SnapNode{Name: n.Name, UID: string(n.UID)}
+	_, sn.Excluded = n.Labels[excludeLBLabel]
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			sn.Reported = c.LastHeartbeatTime.Time
+		}
+	}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			sn.PodCIDRs = append(sn.PodCIDRs, p)
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		sn.Addresses = append(sn.Addresses, ip)
+		if a.Type == v1.NodeInternalIP {
+			sn.InternalIPs = append(sn.InternalIPs, ip)
+		}
+	}
+	return sn
+}
+
+func snapService(svc *v1.Service) SnapService {
+	ss := SnapService{Key: svc.Namespace + "/" + svc.Name, SharingKey: svc.Annotations[lb.AnnotationSharingKey]}
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(ing.IP); err == nil {
+			ss.VIPs = append(ss.VIPs, ip)
+		}
+	}
+	return ss
+}
+
+// readDomains asks libvirt for the lab's domains; when it cannot, it
+// returns the last ones it saw and false.
+func (o *observer) readDomains(now time.Time) (map[string]SnapDomain, bool) {
+	got, err := labDomains(libvirtURI(o.st))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		return o.domains, false
+	}
+	for name, d := range got {
+		if !d.Running && now.After(o.downAt[name]) {
+			o.downAt[name] = now
+		}
+		d.LastDown = o.downAt[name]
+		got[name] = d
+	}
+	o.domains = got
+	return got, true
+}
+
+// labDomains lists the lab's domains with their state and lab-network MAC.
+func labDomains(uri string) (map[string]SnapDomain, error) {
+	c, err := libvirt.NewConnectReadOnly(uri)
+	if err != nil {
+		return nil, fmt.Errorf("libvirt %s: %w", uri, err)
+	}
+	defer c.Close()
+	doms, err := c.ListAllDomains(0)
+	if err != nil {
+		return nil, fmt.Errorf("list domains: %w", err)
+	}
+	out := map[string]SnapDomain{}
+	for _, d := range doms {
+		name, err := d.GetName()
+		if err == nil && strings.HasPrefix(name, NodePrefix) {
+			var sd SnapDomain
+			state, _, _ := d.GetState()
+			sd.Running = state == libvirt.DOMAIN_RUNNING
+			if desc, err := d.GetXMLDesc(0); err == nil {
+				sd.MAC = labNetworkMAC(desc)
+			}
+			out[name] = sd
+		}
+		d.Free()
+	}
+	return out, nil
+}
+
+// labNetworkMAC is the MAC of the domain's NIC on the lab network.
+func labNetworkMAC(domainXML string) string {
+	var x libvirtxml.Domain
+	if x.Unmarshal(domainXML) != nil || x.Devices == nil {
+		return ""
+	}
+	for _, i := range x.Devices.Interfaces {
+		if i.MAC != nil && i.Source != nil && i.Source.Network != nil && i.Source.Network.Network == NetworkName {
+			return strings.ToLower(i.MAC.Address)
+		}
+	}
+	return ""
+}
+
+// bridgeRoutes are the owned routes on the bridge; none while the bridge
+// does not exist.
+func bridgeRoutes() ([]netroutes.Route, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge})
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("owned routes: %w", err)
+	}
+	routes, err := m.List()
+	if errors.As(err, &nf) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("owned routes: %w", err)
+	}
+	return routes, nil
+}

@@ -1,0 +1,93 @@
+package lab
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+func planFaults(seed int64, nodes []string, n int) []string {
+	p := NewPlan(seed, nodes)
+	var out []string
+	for range n {
+		f := p.Next()
+		out = append(out, fmt.Sprintf("%s gap %s", f, f.Gap))
+	}
+	return out
+}
+
+func TestPlanIsReproducible(t *testing.T) {
+	nodes := []string{"lab-node-1", "lab-node-2"}
+	a, b := planFaults(7, nodes, 200), planFaults(7, nodes, 200)
+	if !slices.Equal(a, b) {
+		t.Fatal("the same seed gave two sequences")
+	}
+	if c := planFaults(8, nodes, 200); slices.Equal(a, c) {
+		t.Error("seeds 7 and 8 gave the same sequence")
+	}
+}
+
+func TestPlanCoversEveryKindWithinBounds(t *testing.T) {
+	nodes := []string{"lab-node-1", "lab-node-2"}
+	p := NewPlan(1, nodes)
+	kinds := map[FaultKind]int{}
+	live := map[string]bool{}
+	for i := range 300 {
+		f := p.Next()
+		kinds[f.Kind]++
+		pol := f.Kind.policy()
+		if f.Hold < pol.holdMin || f.Hold > pol.holdMax {
+			t.Errorf("fault %d %s: hold %s outside [%s, %s]", i, f, f.Hold, pol.holdMin, pol.holdMax)
+		}
+		switch f.Kind {
+		case FaultNodeStop, FaultNodeKill:
+			if !slices.Contains(nodes, f.Node) {
+				t.Errorf("fault %d %s: not a lab node", i, f)
+			}
+		case FaultLibvirtd:
+			if f.Signal != "TERM" && f.Signal != "KILL" {
+				t.Errorf("fault %d %s: signal %q", i, f, f.Signal)
+			}
+		case FaultServiceCreate:
+			for _, s := range f.Create {
+				if live[s.Key()] {
+					t.Errorf("fault %d creates %s twice", i, s.Key())
+				}
+				live[s.Key()] = true
+			}
+		case FaultServiceDelete:
+			if !live[f.Delete.Key()] {
+				t.Errorf("fault %d deletes %s, which is not live", i, f.Delete.Key())
+			}
+			delete(live, f.Delete.Key())
+		}
+		if len(live) > maxChaosServices+1 { // a pair may take the count one past the bound
+			t.Fatalf("fault %d: %d Services live, bound %d", i, len(live), maxChaosServices)
+		}
+	}
+	for _, k := range FaultKinds() {
+		if kinds[k] == 0 {
+			t.Errorf("no %s in 300 faults: %v", k, kinds)
+		}
+	}
+}
+
+func TestPlanStartsWithServices(t *testing.T) {
+	p := NewPlan(3, []string{"a", "b"})
+	first, second := p.Next(), p.Next()
+	if first.Kind != FaultServiceCreate || len(first.Create) != 2 || first.Create[0].SharingKey == "" || first.Create[0].SharingKey != first.Create[1].SharingKey {
+		t.Errorf("first fault %s, want a pair of Services sharing a key", first)
+	}
+	if second.Kind != FaultServiceCreate || len(second.Create) != 1 {
+		t.Errorf("second fault %s, want one Service", second)
+	}
+}
+
+func TestPlanStopsNoNodeOfAOneNodeLab(t *testing.T) {
+	p := NewPlan(5, []string{"lab-node-1"})
+	for i := range 200 {
+		if f := p.Next(); f.Kind.isNode() {
+			t.Fatalf("fault %d %s stops the only node", i, f)
+		}
+	}
+}
