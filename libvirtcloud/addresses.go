@@ -42,7 +42,8 @@ type agentAnswer struct {
 // IPv4 first. Caches are consulted for every source before libvirt is
 // asked, so a node whose addresses are known costs no libvirt call. No
 // source knowing any address is not an error: many guests have none before
-// they boot.
+// they boot. Addresses that Options.Exclude names (load-balancer VIPs) are
+// never a domain's.
 func (h *Hypervisor) Addresses(ctx context.Context, d Domain) ([]netip.Addr, error) {
 	for _, ask := range []bool{false, true} {
 		for _, src := range h.opts.Sources {
@@ -61,12 +62,80 @@ func (h *Hypervisor) Addresses(ctx context.Context, d Domain) ([]netip.Addr, err
 			if err != nil {
 				return nil, err
 			}
-			if len(addrs) > 0 {
+			if addrs = h.withoutExcluded(addrs); len(addrs) > 0 {
 				return sortAddrs(addrs), nil
 			}
 		}
 	}
 	return nil, nil
+}
+
+// withoutExcluded drops the addresses that are never a domain's.
+func (h *Hypervisor) withoutExcluded(addrs []netip.Addr) []netip.Addr {
+	if h.opts.Exclude == nil {
+		return addrs
+	}
+	return slices.DeleteFunc(addrs, h.opts.Exclude)
+}
+
+// DomainByAddress finds the domain that has ip, according to the address
+// sources: the caches first, then each configured source is asked (leases
+// re-read, guest agents queried, the neighbour table read) before the
+// answer can be ErrNotFound. It fails with ErrUnavailable when the
+// hypervisor or a source cannot be asked. An excluded address (a VIP) is
+// no domain's.
+func (h *Hypervisor) DomainByAddress(ctx context.Context, ip netip.Addr) (Domain, error) {
+	ip = ip.Unmap()
+	if !h.Connected() {
+		return Domain{}, fmt.Errorf("domain with address %s on %s: %w", ip, h.opts.URI, ErrUnavailable)
+	}
+	notFound := fmt.Errorf("domain with address %s on %s: %w", ip, h.opts.URI, ErrNotFound)
+	if h.opts.Exclude != nil && h.opts.Exclude(ip) {
+		return Domain{}, notFound
+	}
+	h.mu.RLock()
+	d, ok := h.domains.byAddress(ip, h.leases, h.agent)
+	h.mu.RUnlock()
+	if ok {
+		return d, nil
+	}
+	unavailable := func(err error) (Domain, error) {
+		return Domain{}, fmt.Errorf("domain with address %s on %s: %w: %w", ip, h.opts.URI, ErrUnavailable, err)
+	}
+	for _, src := range h.opts.Sources {
+		switch src {
+		case SourceDHCPLeases:
+			if err := h.refreshLeases(); err != nil {
+				return unavailable(err)
+			}
+			h.mu.RLock()
+			d, ok = h.domains.byAddress(ip, h.leases, nil)
+			h.mu.RUnlock()
+		case SourceGuestAgent:
+			for _, cand := range h.Domains() {
+				addrs, err := h.agentAddresses(cand, true)
+				if err != nil {
+					return unavailable(err)
+				}
+				if slices.Contains(addrs, ip) {
+					d, ok = cand, true
+					break
+				}
+			}
+		case SourceARP:
+			table, err := h.opts.Neighbours()
+			if err != nil {
+				return unavailable(fmt.Errorf("read neighbour table: %w", err))
+			}
+			h.mu.RLock()
+			d, ok = h.domains.byAddress(ip, table, nil)
+			h.mu.RUnlock()
+		}
+		if ok {
+			return d, nil
+		}
+	}
+	return Domain{}, notFound
 }
 
 func sortAddrs(addrs []netip.Addr) []netip.Addr {
@@ -82,21 +151,38 @@ func sortAddrs(addrs []netip.Addr) []netip.Addr {
 	return slices.Compact(addrs)
 }
 
-func (h *Hypervisor) cachedLeases(d Domain) (addrs []netip.Addr, stale bool) {
+func (h *Hypervisor) cachedLeases(d Domain) []netip.Addr {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
+	var addrs []netip.Addr
 	for _, i := range d.Interfaces {
 		addrs = append(addrs, h.leases[i.MAC]...)
 	}
-	return addrs, time.Since(h.leasesAt) > leaseRefreshInterval
+	return addrs
 }
 
 // leaseAddresses reads the lease cache; with ask, it re-reads the leases
 // first if they are older than leaseRefreshInterval.
 func (h *Hypervisor) leaseAddresses(d Domain, ask bool) ([]netip.Addr, error) {
-	addrs, stale := h.cachedLeases(d)
-	if len(addrs) > 0 || !ask || !stale || len(d.Interfaces) == 0 {
+	addrs := h.cachedLeases(d)
+	if len(addrs) > 0 || !ask || len(d.Interfaces) == 0 {
 		return addrs, nil
+	}
+	if err := h.refreshLeases(); err != nil {
+		return nil, err
+	}
+	addrs = h.cachedLeases(d)
+	return addrs, nil
+}
+
+// refreshLeases re-reads the leases unless they were read less than
+// leaseRefreshInterval ago.
+func (h *Hypervisor) refreshLeases() error {
+	h.mu.RLock()
+	fresh := time.Since(h.leasesAt) <= leaseRefreshInterval
+	h.mu.RUnlock()
+	if fresh {
+		return nil
 	}
 	var leases map[string][]netip.Addr
 	err := h.withConn(func(c *libvirt.Connect) error {
@@ -105,13 +191,12 @@ func (h *Hypervisor) leaseAddresses(d Domain, ask bool) ([]netip.Addr, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h.mu.Lock()
 	h.leases, h.leasesAt = leases, time.Now()
 	h.mu.Unlock()
-	addrs, _ = h.cachedLeases(d)
-	return addrs, nil
+	return nil
 }
 
 // readLeases reads the DHCP leases of the configured (or all active)
@@ -220,16 +305,20 @@ func (h *Hypervisor) neighbourAddresses(d Domain) ([]netip.Addr, error) {
 	return addrs, nil
 }
 
-// neighbourTable reads the current namespace's neighbour table as
-// mac → addresses, ignoring entries that failed or are incomplete.
-func neighbourTable() (map[string][]netip.Addr, error) {
-	neighs, err := netlink.NeighList(0, 0)
+// neighbourTable reads the neighbour table of the namespace of nl as
+// mac → addresses. It skips entries that failed or are incomplete, and
+// permanent ones: those are written by hand or by the load-balancer
+// announcer (the host's entry for a VIP, pointing at the answering node's
+// MAC), not learned from a guest, so they are no evidence of a guest's
+// address.
+func neighbourTable(nl *netlink.Handle) (map[string][]netip.Addr, error) {
+	neighs, err := nl.NeighList(0, 0)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]netip.Addr{}
 	for _, n := range neighs {
-		if n.HardwareAddr == nil || n.State&(netlink.NUD_FAILED|netlink.NUD_INCOMPLETE|netlink.NUD_NOARP) != 0 {
+		if n.HardwareAddr == nil || n.State&(netlink.NUD_FAILED|netlink.NUD_INCOMPLETE|netlink.NUD_NOARP|netlink.NUD_PERMANENT) != 0 {
 			continue
 		}
 		if ip, ok := netip.AddrFromSlice(n.IP); ok && usable(ip.Unmap()) {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"libvirt.org/go/libvirt"
@@ -35,9 +36,14 @@ type Options struct {
 	Sources []AddressSource
 	// ResyncPeriod rebuilds the cache from scratch this often.
 	ResyncPeriod time.Duration
-	// Neighbours reads the host's neighbour table (the "arp" source).
-	// Defaults to the netlink neighbour table of the current namespace.
+	// Neighbours reads the host's neighbour table (the "arp" source) as
+	// mac → addresses. Defaults to the netlink neighbour table of the
+	// current namespace, without permanent entries.
 	Neighbours func() (map[string][]netip.Addr, error)
+	// Exclude names addresses that are never a domain's, whatever a source
+	// says: the load balancer's pools (a guest's kube-proxy may hold VIPs,
+	// and the host's neighbour entries point VIPs at guests' MACs).
+	Exclude func(netip.Addr) bool
 }
 
 // Hypervisor is one libvirt connection and the cache it feeds.
@@ -79,7 +85,7 @@ func Open(ctx context.Context, opts Options) (*Hypervisor, error) {
 		opts.ResyncPeriod = 5 * time.Minute
 	}
 	if opts.Neighbours == nil {
-		opts.Neighbours = neighbourTable
+		opts.Neighbours = func() (map[string][]netip.Addr, error) { return neighbourTable(&netlink.Handle{}) }
 	}
 	h := &Hypervisor{
 		opts:    opts,
@@ -499,14 +505,6 @@ func (h *Hypervisor) Domains() []Domain {
 		out = append(out, d)
 	}
 	return out
-}
-
-// DomainByAddress finds a cached domain by one of its known addresses.
-// It never calls libvirt.
-func (h *Hypervisor) DomainByAddress(ip netip.Addr) (Domain, bool) {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.domains.byAddress(ip, h.leases, h.agent)
 }
 
 // Subscribe returns a channel of domain changes (state changes, additions,

@@ -147,8 +147,8 @@ func TestAddressSources(t *testing.T) {
 		if len(addrs) != 1 || !netip.MustParsePrefix("10.77.0.0/24").Contains(addrs[0]) {
 			t.Fatalf("addresses = %v, want one in 10.77.0.0/24", addrs)
 		}
-		if found, ok := h.DomainByAddress(addrs[0]); !ok || found.Name != "node-a" {
-			t.Fatalf("DomainByAddress(%v) = %v, %v", addrs[0], found.Name, ok)
+		if found, err := h.DomainByAddress(ctx, addrs[0]); err != nil || found.Name != "node-a" {
+			t.Fatalf("DomainByAddress(%v) = %v, %v", addrs[0], found.Name, err)
 		}
 	})
 	t.Run("agent on a shut-off domain is no address, not an error", func(t *testing.T) {

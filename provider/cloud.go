@@ -13,6 +13,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
 
+	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
 )
 
@@ -27,7 +28,9 @@ type Hypervisor interface {
 	// when the hypervisor says the domain does not exist.
 	DomainByUUID(uuid string) (libvirtcloud.Domain, error)
 	DomainByName(name string) (libvirtcloud.Domain, error)
-	DomainByAddress(ip netip.Addr) (libvirtcloud.Domain, bool)
+	// DomainByAddress asks the address sources (not only their caches)
+	// before it fails with libvirtcloud.ErrNotFound.
+	DomainByAddress(ctx context.Context, ip netip.Addr) (libvirtcloud.Domain, error)
 	Addresses(ctx context.Context, d libvirtcloud.Domain) ([]netip.Addr, error)
 }
 
@@ -76,6 +79,15 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 			sources = append(sources, libvirtcloud.SourceARP)
 		}
 	}
+	// A VIP is never a node address, whatever a source says.
+	var exclude func(netip.Addr) bool
+	if len(cfg.LoadBalancer.Pools) > 0 {
+		pools, err := lb.NewPools(cfg.LoadBalancer.Pools)
+		if err != nil {
+			return nil, fmt.Errorf("loadBalancer.pools: %w", err)
+		}
+		exclude = func(ip netip.Addr) bool { _, in := pools.For(ip); return in }
+	}
 	hvs := make([]Hypervisor, 0, len(cfg.Hypervisors))
 	for _, hc := range cfg.Hypervisors {
 		h, err := libvirtcloud.Open(ctx, libvirtcloud.Options{
@@ -85,6 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 			Networks:     cfg.Networks,
 			Sources:      sources,
 			ResyncPeriod: cfg.ResyncPeriod.Duration,
+			Exclude:      exclude,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("hypervisor %s: %w", hc.URI, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -83,11 +84,7 @@ func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*clou
 	if err != nil {
 		return nil, fmt.Errorf("addresses of domain %s for node %s: %w", d.Name, node.Name, err)
 	}
-	addrs := make([]v1.NodeAddress, 0, len(ips)+1)
-	for _, ip := range ips {
-		addrs = append(addrs, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
-	}
-	addrs = append(addrs, v1.NodeAddress{Type: v1.NodeHostName, Address: hostname(node, d)})
+	addrs := nodeAddresses(node, d, ips)
 	labels := map[string]string{LabelHypervisor: d.Hypervisor}
 	if d.Type != "" {
 		labels[LabelDomainType] = d.Type
@@ -100,6 +97,34 @@ func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*clou
 		Region:           in.cfg.Region,
 		AdditionalLabels: labels,
 	}, nil
+}
+
+// nodeAddresses are the Node's addresses given what the sources said (ips).
+// When no source knows any address (a lease being renewed, the neighbour
+// entry aged out, the agent restarting), the Node's current addresses are
+// returned as they are: the cloud-node controller replaces a Node's
+// addresses with whatever list it gets as long as that list is not empty,
+// so a Hostname-only list would drop the Node's InternalIP, and its route
+// with it. (An error would also keep them, but it would also stop the
+// initialization of a Node whose guest has no address yet.)
+func nodeAddresses(node *v1.Node, d libvirtcloud.Domain, ips []netip.Addr) []v1.NodeAddress {
+	if len(ips) == 0 && hasIP(node.Status.Addresses) {
+		return slices.Clone(node.Status.Addresses)
+	}
+	addrs := make([]v1.NodeAddress, 0, len(ips)+1)
+	for _, ip := range ips {
+		addrs = append(addrs, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
+	}
+	return append(addrs, v1.NodeAddress{Type: v1.NodeHostName, Address: hostname(node, d)})
+}
+
+func hasIP(addrs []v1.NodeAddress) bool {
+	for _, a := range addrs {
+		if a.Type == v1.NodeInternalIP || a.Type == v1.NodeExternalIP {
+			return true
+		}
+	}
+	return false
 }
 
 // hostname keeps the kubelet's hostname when it reported one.
@@ -116,7 +141,7 @@ func hostname(node *v1.Node, d libvirtcloud.Domain) string {
 // UUID (a libvirt guest's SMBIOS UUID is its domain UUID); else by domain
 // name; else by one of the Node's addresses. The error wraps
 // libvirtcloud.ErrNotFound only when every hypervisor answered.
-func (in *instances) find(_ context.Context, node *v1.Node) (libvirtcloud.Domain, Hypervisor, error) {
+func (in *instances) find(ctx context.Context, node *v1.Node) (libvirtcloud.Domain, Hypervisor, error) {
 	if node.Spec.ProviderID != "" {
 		uuid, err := domainUUID(node.Spec.ProviderID)
 		if err != nil {
@@ -148,10 +173,8 @@ func (in *instances) find(_ context.Context, node *v1.Node) (libvirtcloud.Domain
 		if err != nil {
 			continue
 		}
-		for _, h := range in.hypervisors {
-			if d, ok := h.DomainByAddress(ip); ok {
-				return d, h, nil
-			}
+		if d, h, ok := try(func(h Hypervisor) (libvirtcloud.Domain, error) { return h.DomainByAddress(ctx, ip) }); ok {
+			return d, h, nil
 		}
 	}
 	if unavailable != nil {

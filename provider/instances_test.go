@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,4 +240,53 @@ func BenchmarkInstanceMetadata(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(h.Calls()-before)/float64(b.N), "libvirt-calls/op")
+}
+
+// A Node matched by its address only (named unlike its domain, no system
+// UUID) is found on a CCM that never asked that domain for its addresses:
+// "not found" would delete it.
+func TestNodeMatchedByAddressAloneAsksTheSources(t *testing.T) {
+	ctx := context.Background()
+	learn, _ := fixtureCloud(t, DefaultConfig()).InstancesV2()
+	md, err := learn.InstanceMetadata(ctx, node("node-a"))
+	if err != nil || len(md.NodeAddresses) < 2 {
+		t.Fatalf("node-a metadata: %+v, %v", md, err)
+	}
+	ip := md.NodeAddresses[0].Address
+
+	in, _ := fixtureCloud(t, DefaultConfig()).InstancesV2() // fresh caches
+	n := node("worker-7", withInternalIP(ip))
+	exists, err := in.InstanceExists(ctx, n)
+	if err != nil || !exists {
+		t.Fatalf("InstanceExists(node with InternalIP %s of node-a) = %v, %v; want true", ip, exists, err)
+	}
+	got, err := in.InstanceMetadata(ctx, n)
+	if err != nil || got.ProviderID != md.ProviderID {
+		t.Fatalf("InstanceMetadata = %+v, %v; want providerID %s", got, err, md.ProviderID)
+	}
+	if exists, err := in.InstanceExists(ctx, node("worker-8", withInternalIP("10.77.0.250"))); exists || err != nil {
+		t.Fatalf("address of no domain: %v, %v; want false, nil", exists, err)
+	}
+}
+
+// When no source knows a domain's address for a moment, the Node keeps the
+// addresses it has: a Hostname-only list would replace its InternalIP.
+func TestKnownAddressesKeptWhenNoSourceAnswers(t *testing.T) {
+	ctx := context.Background()
+	in, _ := fixtureCloud(t, DefaultConfig()).InstancesV2()
+	known := []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.77.0.5"}, {Type: v1.NodeHostName, Address: "node-noif"}}
+	n := node("node-noif", func(n *v1.Node) { n.Status.Addresses = known })
+	md, err := in.InstanceMetadata(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(md.NodeAddresses, known) {
+		t.Fatalf("addresses = %v, want the Node's own %v", md.NodeAddresses, known)
+	}
+	// A source that answers wins over what the Node had.
+	n = node("node-a", withInternalIP("10.77.0.5"))
+	md, err = in.InstanceMetadata(ctx, n)
+	if err != nil || md.NodeAddresses[0].Address == "10.77.0.5" || md.NodeAddresses[0].Type != v1.NodeInternalIP {
+		t.Fatalf("addresses = %v, %v; want the agent's address", md.NodeAddresses, err)
+	}
 }

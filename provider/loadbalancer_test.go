@@ -149,8 +149,8 @@ func (h *fakeHypervisor) DomainByName(name string) (libvirtcloud.Domain, error) 
 	return libvirtcloud.Domain{}, fmt.Errorf("name %s: %w", name, libvirtcloud.ErrNotFound)
 }
 
-func (h *fakeHypervisor) DomainByAddress(netip.Addr) (libvirtcloud.Domain, bool) {
-	return libvirtcloud.Domain{}, false
+func (h *fakeHypervisor) DomainByAddress(_ context.Context, ip netip.Addr) (libvirtcloud.Domain, error) {
+	return libvirtcloud.Domain{}, fmt.Errorf("address %s: %w", ip, libvirtcloud.ErrNotFound)
 }
 
 func (h *fakeHypervisor) Addresses(context.Context, libvirtcloud.Domain) ([]netip.Addr, error) {
