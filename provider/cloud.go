@@ -89,6 +89,7 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 		exclude = func(ip netip.Addr) bool { _, in := pools.For(ip); return in }
 	}
 	hvs := make([]Hypervisor, 0, len(cfg.Hypervisors))
+	opened := make([]*libvirtcloud.Hypervisor, 0, len(cfg.Hypervisors))
 	for _, hc := range cfg.Hypervisors {
 		h, err := libvirtcloud.Open(ctx, libvirtcloud.Options{
 			URI:          hc.URI,
@@ -102,7 +103,12 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hypervisor %s: %w", hc.URI, err)
 		}
-		hvs = append(hvs, h)
+		hvs, opened = append(hvs, h), append(opened, h)
+	}
+	if cfg.LoadBalancer.Bridge != "" {
+		if err := checkPoolsAtStart(ctx, cfg.LoadBalancer, opened); err != nil {
+			return nil, err
+		}
 	}
 	c := New(cfg, hvs)
 	c.ctx = ctx
