@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,37 +14,34 @@ import (
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/lb/announce"
-	"github.com/labcloud/labcloud/libvirtcloud"
 )
+
+// LoadBalancer: this file holds the cloudprovider.LoadBalancer methods.
+// The allocator is the one record of which VIPs exist and which Services
+// hold them (loaded from the Service statuses at start); placement.go
+// decides which node answers each VIP and applies that to the announcer.
 
 // Announcer makes one node answer for a VIP on the bridge.
 // *announce.Announcer satisfies it.
 type Announcer interface {
 	Set(vip netip.Addr, mac net.HardwareAddr) error
 	Remove(vip netip.Addr) error
+	// Answering returns every VIP answered now and the MAC answering it.
+	Answering() map[netip.Addr]net.HardwareAddr
 	Probe(ctx context.Context, vip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
 	Run(ctx context.Context) error
-}
-
-// DomainEvents is a hypervisor's stream of domain changes.
-// *libvirtcloud.Hypervisor satisfies it.
-type DomainEvents interface {
-	Subscribe() (<-chan libvirtcloud.Event, func())
 }
 
 // Event reasons on Services.
@@ -60,44 +58,30 @@ const (
 	ReasonReleased       = "IPReleased"
 )
 
-// RetryAnnotation is bumped on a Service that waits for an address when an
-// address is released, so that the service controller syncs it at once
-// instead of after its back-off.
-const RetryAnnotation = "lb.labcloud.io/retry"
+// waitRetry is how soon a Service waiting for an address (pool exhausted,
+// requested address taken) is synced again: the service controller requeues
+// it after this delay instead of backing off, so a freed address is picked
+// up within seconds without writing to any Service.
+const waitRetry = 3 * time.Second
 
 type loadBalancer struct {
-	bridge    string
-	instances *instances
-	events    []DomainEvents
-	alloc     *lb.Allocator
-	ann       Announcer
-	loaded    chan struct{} // closed once every existing assignment is loaded
+	bridge string
+	alloc  *lb.Allocator
+	ann    Announcer
+	place  *placement
+	role   *hostRole     // nil in unit tests: always the announcer
+	loaded chan struct{} // closed once every existing assignment is loaded
 
 	client   kubernetes.Interface
-	services corelisters.ServiceLister
-	nodes    corelisters.NodeLister
-	slices   discoverylisters.EndpointSliceLister
-	synced   []cache.InformerSynced
 	recorder record.EventRecorder
-	kick     chan struct{}
 
-	mu      sync.Mutex
-	vips    map[netip.Addr]*vipState
-	pending map[string]bool   // services waiting for an address to free up
-	warned  map[string]string // service → the request error last reported
-}
-
-// vipState is what labcloud announces for one VIP.
-type vipState struct {
-	holders map[string]bool // service keys sharing the VIP
-	node    string          // answering node; "" when none is eligible
-	mac     net.HardwareAddr
-	probed  bool // the bridge was probed for another owner
+	mu     sync.Mutex
+	warned map[string]string // service → the request error last reported
 }
 
 var _ cloudprovider.LoadBalancer = (*loadBalancer)(nil)
 
-func newLoadBalancer(_ context.Context, cfg LoadBalancerConfig, hvs []Hypervisor, in *instances) (*loadBalancer, error) {
+func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervisor, in *instances) (*loadBalancer, error) {
 	ifi, err := net.InterfaceByName(cfg.Bridge)
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
@@ -110,7 +94,13 @@ func newLoadBalancer(_ context.Context, cfg LoadBalancerConfig, hvs []Hypervisor
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
 	}
-	return newLoadBalancerWith(cfg, hvs, in, ann)
+	l, err := newLoadBalancerWith(cfg, hvs, in, ann)
+	if err != nil {
+		return nil, err
+	}
+	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools)
+	l.role.stand(ctx)
+	return l, nil
 }
 
 func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances, ann Announcer) (*loadBalancer, error) {
@@ -118,54 +108,66 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.pools: %w", err)
 	}
-	l := &loadBalancer{
-		bridge:    cfg.Bridge,
-		instances: in,
-		alloc:     lb.NewAllocator(pools),
-		ann:       ann,
-		loaded:    make(chan struct{}),
-		kick:      make(chan struct{}, 1),
-		vips:      map[netip.Addr]*vipState{},
-		pending:   map[string]bool{},
-		warned:    map[string]string{},
-	}
-	for _, h := range hvs {
-		if e, ok := h.(DomainEvents); ok {
-			l.events = append(l.events, e)
-		}
-	}
-	return l, nil
+	alloc := lb.NewAllocator(pools)
+	return &loadBalancer{
+		bridge: cfg.Bridge,
+		alloc:  alloc,
+		ann:    ann,
+		place:  newPlacement(cfg.Bridge, hvs, in, alloc, ann),
+		loaded: make(chan struct{}),
+		warned: map[string]string{},
+	}, nil
 }
 
+// start runs once this replica leads: it becomes the host's announcer,
+// loads every assignment, and starts the placement loop.
 func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	l.client = client
-	svcInf, nodeInf, sliceInf := factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Discovery().V1().EndpointSlices()
-	l.services, l.nodes, l.slices = svcInf.Lister(), nodeInf.Lister(), sliceInf.Lister()
-	l.synced = []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
-	kick := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { l.poke() },
-		UpdateFunc: func(any, any) { l.poke() },
-		DeleteFunc: func(any) { l.poke() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), sliceInf.Informer()} {
-		if _, err := inf.AddEventHandler(kick); err != nil {
-			return err
-		}
-	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	l.recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "libvirt-cloud-provider"})
-
-	if err := l.load(ctx); err != nil {
+	go func() {
+		<-ctx.Done()
+		broadcaster.Shutdown()
+	}()
+	if err := l.place.watch(factory, l.recorder); err != nil {
 		return err
 	}
+	if l.role == nil {
+		go func() {
+			if err := l.ann.Run(ctx); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "VIP announcer stopped")
+			}
+		}()
+	}
 	go func() {
-		if err := l.ann.Run(ctx); err != nil && ctx.Err() == nil {
-			klog.FromContext(ctx).Error(err, "VIP announcer stopped")
+		if l.role != nil {
+			// Wait for the replica that stood in (if any) to hand over
+			// the bridge before anything is announced.
+			if err := l.role.lead(ctx); err != nil {
+				return
+			}
 		}
+		if err := l.load(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot load VIP assignments; retrying")
+			l.retryLoad(ctx)
+		}
+		l.place.run(ctx)
 	}()
-	go l.failover(ctx)
 	return nil
+}
+
+func (l *loadBalancer) retryLoad(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+		if err := l.load(ctx); err == nil {
+			return
+		}
+	}
 }
 
 // load registers every address already in a Service status before any new
@@ -195,7 +197,6 @@ func (l *loadBalancer) load(ctx context.Context) error {
 				log.Error(err, "Cannot keep a Service's existing VIP", "service", key(svc), "ip", ip)
 				continue
 			}
-			l.hold(ip, key(svc))
 			n++
 		}
 	}
@@ -210,6 +211,11 @@ func managed(svc *v1.Service) bool {
 
 func key(svc *v1.Service) string { return svc.Namespace + "/" + svc.Name }
 
+func splitKey(k string) (string, string) {
+	ns, name, _ := strings.Cut(k, "/")
+	return ns, name
+}
+
 func (l *loadBalancer) waitLoaded(ctx context.Context) error {
 	select {
 	case <-l.loaded:
@@ -217,18 +223,6 @@ func (l *loadBalancer) waitLoaded(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for VIP assignments to load: %w", ctx.Err())
 	}
-}
-
-func (l *loadBalancer) hold(ip netip.Addr, svcKey string) *vipState {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	st := l.vips[ip]
-	if st == nil {
-		st = &vipState{holders: map[string]bool{}}
-		l.vips[ip] = st
-	}
-	st.holders[svcKey] = true
-	return st
 }
 
 func status(ips []netip.Addr) *v1.LoadBalancerStatus {
@@ -255,8 +249,10 @@ func (l *loadBalancer) GetLoadBalancerName(_ context.Context, _ string, svc *v1.
 }
 
 // EnsureLoadBalancer allocates the Service's VIP(s), makes sure no other
-// host owns them, and has one eligible node answer for each.
-func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+// host owns them, and has the placement announce them. The node list is
+// not used: the placement reads the same Nodes from its own informer, so
+// that this call and the failover loop always decide alike.
+func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1.Service, _ []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	if err := l.waitLoaded(ctx); err != nil {
 		return nil, err
 	}
@@ -271,102 +267,79 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 	if err != nil {
 		return nil, l.allocationFailed(svc, err)
 	}
-	l.mu.Lock()
-	delete(l.pending, k)
-	l.mu.Unlock()
-	if !sameAddrs(had, ips) {
+	if !slices.Equal(had, ips) {
 		l.recorder.Eventf(svc, v1.EventTypeNormal, ReasonAllocated, "Allocated %s", joinAddrs(ips))
-		for _, old := range had {
-			if !containsAddr(ips, old) {
-				l.drop(ctx, old, k)
-			}
-		}
 	}
-	candidates := l.candidates(ctx, nodes)
 	for _, ip := range ips {
-		if err := l.announce(ctx, svc, ip, candidates); err != nil {
+		if err := l.claim(ctx, svc, ip); err != nil {
 			return nil, err
 		}
 	}
+	l.place.sync(ctx, svc)
 	// Only success forgets the last warning: a retry that fails the same
 	// way (taken, exhausted, conflict) must not repeat the event.
 	l.clearWarning(k)
 	return status(ips), nil
 }
 
-// UpdateLoadBalancer re-checks the answering nodes against the new node set.
-func (l *loadBalancer) UpdateLoadBalancer(ctx context.Context, _ string, svc *v1.Service, nodes []*v1.Node) error {
-	if err := l.waitLoaded(ctx); err != nil {
+// claim probes the bridge once for another owner of a newly allocated ip.
+// Any answer is a conflict, a node's own address included (a node
+// answering for the VIP as its own address would split its traffic), except
+// an answer with the MAC this announcer already uses for it.
+func (l *loadBalancer) claim(ctx context.Context, svc *v1.Service, ip netip.Addr) error {
+	if l.alloc.Claimed(ip) {
+		return nil
+	}
+	owner, taken, err := l.ann.Probe(ctx, ip)
+	if err != nil {
+		return fmt.Errorf("probe %s on %s: %w", ip, l.bridge, err)
+	}
+	if taken {
+		err := fmt.Errorf("%s is already answered on %s by %s: not announcing it", ip, l.bridge, owner)
+		l.warnOnce(svc, ReasonConflict, err)
 		return err
 	}
-	candidates := l.candidates(ctx, nodes)
-	for _, ip := range l.alloc.Lookup(key(svc)) {
-		if err := l.announce(ctx, svc, ip, candidates); err != nil {
-			return err
-		}
-	}
+	l.alloc.Claim(ip)
 	return nil
 }
 
-// EnsureLoadBalancerDeleted stops answering for the Service's VIPs (unless
-// shared) and releases them; Services waiting for an address are nudged.
+// UpdateLoadBalancer re-places the Service's VIPs.
+func (l *loadBalancer) UpdateLoadBalancer(ctx context.Context, _ string, svc *v1.Service, _ []*v1.Node) error {
+	if err := l.waitLoaded(ctx); err != nil {
+		return err
+	}
+	l.place.sync(ctx, svc)
+	return nil
+}
+
+// EnsureLoadBalancerDeleted releases the Service's VIPs; the placement
+// stops answering for those no other Service shares.
 func (l *loadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, _ string, svc *v1.Service) error {
 	if err := l.waitLoaded(ctx); err != nil {
 		return err
 	}
 	k := key(svc)
 	ips := l.alloc.Lookup(k)
-	for _, ip := range ips {
-		l.drop(ctx, ip, k)
-	}
 	l.alloc.Release(k)
 	l.mu.Lock()
-	delete(l.pending, k)
 	delete(l.warned, k)
-	waiting := make([]string, 0, len(l.pending))
-	for p := range l.pending {
-		waiting = append(waiting, p)
-	}
 	l.mu.Unlock()
 	if len(ips) > 0 {
+		l.place.sync(ctx, nil)
 		l.recorder.Eventf(svc, v1.EventTypeNormal, ReasonReleased, "Released %s", joinAddrs(ips))
-		l.nudge(ctx, waiting)
 	}
 	return nil
 }
 
-// drop removes svcKey from ip's holders and stops answering when none is left.
-func (l *loadBalancer) drop(ctx context.Context, ip netip.Addr, svcKey string) {
-	l.mu.Lock()
-	st := l.vips[ip]
-	last := false
-	if st != nil {
-		delete(st.holders, svcKey)
-		if len(st.holders) == 0 {
-			delete(l.vips, ip)
-			last = true
-		}
-	}
-	l.mu.Unlock()
-	if last {
-		if err := l.ann.Remove(ip); err != nil {
-			klog.FromContext(ctx).Error(err, "Cannot stop announcing VIP", "ip", ip)
-		}
-	}
+// waitError is an allocation that may succeed once an address is freed: it
+// is an *api.RetryError, which the service controller requeues after a
+// short delay, and it still unwraps to the allocator's error.
+type waitError struct {
+	*api.RetryError
+	err error
 }
 
-// nudge bumps RetryAnnotation on Services that wait for an address, so the
-// service controller retries them now that one is free.
-func (l *loadBalancer) nudge(ctx context.Context, keys []string) {
-	stamp := time.Now().UTC().Format(time.RFC3339Nano)
-	for _, k := range keys {
-		ns, name := splitKey(k)
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, RetryAnnotation, stamp)
-		if _, err := l.client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			klog.FromContext(ctx).Error(err, "Cannot nudge a Service waiting for a VIP", "service", k)
-		}
-	}
-}
+func (e *waitError) Unwrap() []error { return []error{e.RetryError, e.err} }
 
 // allocationFailed turns an allocator error into one event and the error
 // the service controller retries on.
@@ -388,13 +361,12 @@ func (l *loadBalancer) allocationFailed(svc *v1.Service, err error) error {
 	case errors.As(err, &notIn):
 		reason = ReasonNotInPool
 	}
-	if waits {
-		l.mu.Lock()
-		l.pending[k] = true
-		l.mu.Unlock()
-	}
 	l.warnOnce(svc, reason, err)
-	return fmt.Errorf("service %s: %w", k, err)
+	err = fmt.Errorf("service %s: %w", k, err)
+	if waits {
+		return &waitError{RetryError: api.NewRetryError(err.Error(), waitRetry), err: err}
+	}
+	return err
 }
 
 // warnOnce emits a Warning event unless the same problem was reported for
@@ -414,27 +386,6 @@ func (l *loadBalancer) clearWarning(k string) {
 	l.mu.Lock()
 	delete(l.warned, k)
 	l.mu.Unlock()
-}
-
-func sameAddrs(a, b []netip.Addr) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func containsAddr(list []netip.Addr, ip netip.Addr) bool {
-	for _, a := range list {
-		if a == ip {
-			return true
-		}
-	}
-	return false
 }
 
 func joinAddrs(ips []netip.Addr) string {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/cloud-provider/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
@@ -67,6 +68,16 @@ func (a *fakeAnnouncer) Probe(_ context.Context, vip netip.Addr) (net.HardwareAd
 		return mac, true, nil
 	}
 	return nil, false, nil
+}
+
+func (a *fakeAnnouncer) Answering() map[netip.Addr]net.HardwareAddr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[netip.Addr]net.HardwareAddr{}
+	for ip, mac := range a.owned {
+		out[ip] = mac
+	}
+	return out
 }
 
 func (a *fakeAnnouncer) Run(ctx context.Context) error {
@@ -120,6 +131,19 @@ type fakeHypervisor struct {
 	mu   sync.Mutex
 	doms map[string]libvirtcloud.Domain // by UUID
 	subs []chan libvirtcloud.Event
+	down bool // the daemon cannot be asked
+}
+
+func (h *fakeHypervisor) Connected() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.down
+}
+
+func (h *fakeHypervisor) setDown(down bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.down = down
 }
 
 var (
@@ -132,6 +156,9 @@ func (h *fakeHypervisor) Zone() string { return "zone-a" }
 func (h *fakeHypervisor) DomainByUUID(uuid string) (libvirtcloud.Domain, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.down {
+		return libvirtcloud.Domain{}, fmt.Errorf("uuid %s: %w", uuid, libvirtcloud.ErrUnavailable)
+	}
 	if d, ok := h.doms[uuid]; ok {
 		return d, nil
 	}
@@ -141,6 +168,9 @@ func (h *fakeHypervisor) DomainByUUID(uuid string) (libvirtcloud.Domain, error) 
 func (h *fakeHypervisor) DomainByName(name string) (libvirtcloud.Domain, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.down {
+		return libvirtcloud.Domain{}, fmt.Errorf("name %s: %w", name, libvirtcloud.ErrUnavailable)
+	}
 	for _, d := range h.doms {
 		if d.Name == name {
 			return d, nil
@@ -172,9 +202,6 @@ func (h *fakeHypervisor) setState(name string, st libvirtcloud.State) {
 	defer h.mu.Unlock()
 	for u, d := range h.doms {
 		if d.Name == name {
-			if st != libvirtcloud.StateRunning && d.State == libvirtcloud.StateRunning {
-				d.LastDown = time.Now() // as libvirtcloud records a stop
-			}
 			d.State = st
 			h.doms[u] = d
 			for _, ch := range h.subs {
@@ -263,6 +290,7 @@ func (f *lbFixture) start() *lbFixture {
 		f.t.Fatal(err)
 	}
 	f.lb.recorder = f.rec
+	f.lb.place.recorder = f.rec
 	factory.Start(f.ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(f.ctx.Done()) {
 		if !ok {
@@ -495,7 +523,7 @@ func TestLoadBalancerConflictProbe(t *testing.T) {
 		t.Fatalf("conflicting VIP reported announced: %q", f.drain())
 	}
 	// The failover loop leaves an unprobed VIP alone.
-	f.lb.replaceAll(f.ctx)
+	f.lb.place.pass(f.ctx, nil)
 	if sets := f.ann.setsFor(vip); len(sets) != 0 {
 		t.Fatalf("failover loop announced a conflicting VIP: %v", sets)
 	}
@@ -509,12 +537,15 @@ func TestLoadBalancerConflictProbe(t *testing.T) {
 		t.Fatalf("after the conflict cleared: answered by %v", f.ann.answering(vip))
 	}
 
-	// An answer from one of our own nodes is not a conflict (the node
-	// itself may answer for a VIP it serves).
+	// A node answering for the address as its own is a conflict too: the
+	// VIP would split its traffic between that node and the announced one.
 	next := netip.MustParseAddr("10.0.0.11")
 	f.ann.setForeign(next, testNodes[1].mac)
-	if got := f.mustEnsure(lbService("api")); got != next {
-		t.Fatalf("api got %s, want %s", got, next)
+	if _, err := f.ensure(lbService("api")); err == nil || !strings.Contains(err.Error(), testNodes[1].mac.String()) {
+		t.Fatalf("%s answered by node %s was claimed: err = %v", next, testNodes[1].name, err)
+	}
+	if sets := f.ann.setsFor(next); len(sets) != 0 {
+		t.Fatalf("a node's own address was announced as a VIP: %v", sets)
 	}
 }
 
@@ -555,7 +586,10 @@ func TestLoadBalancerWarnsOncePerBadRequest(t *testing.T) {
 	}
 }
 
-func TestLoadBalancerRequestedIPTakenWaitsAndIsNudged(t *testing.T) {
+// TestLoadBalancerWaitingServiceRetriesSoon: a Service waiting for an
+// address gets a RetryError (the service controller requeues it after a
+// short delay), and nothing writes to any Service to make it resync.
+func TestLoadBalancerWaitingServiceRetriesSoon(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12",
 		lbService("first"), lbService("second")).start()
 	want := withAnnotation(lb.AnnotationIP, "10.0.0.11")
@@ -564,22 +598,23 @@ func TestLoadBalancerRequestedIPTakenWaitsAndIsNudged(t *testing.T) {
 		t.Fatalf("first got %s", got)
 	}
 	for range 2 {
-		if _, err := f.ensure(second); !errors.Is(err, lb.ErrIPTaken) {
-			t.Fatalf("second: err = %v, want the address taken", err)
+		_, err := f.ensure(second)
+		var re *api.RetryError
+		if !errors.Is(err, lb.ErrIPTaken) || !errors.As(err, &re) || re.RetryAfter() <= 0 || re.RetryAfter() > 10*time.Second {
+			t.Fatalf("second: err = %v, want the address taken as a short RetryError", err)
 		}
 	}
 	if n := f.count(v1.EventTypeWarning, ReasonTaken); n != 1 {
 		t.Fatalf("%d %s events, want 1: %q", n, ReasonTaken, f.drain())
 	}
+	f.client.ClearActions()
 	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", first); err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.client.CoreV1().Services("default").Get(f.ctx, "second", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Annotations[RetryAnnotation] == "" {
-		t.Fatalf("the waiting Service was not nudged: annotations %v", got.Annotations)
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource == "services" && a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("the provider wrote to a Service: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
 	}
 	if ip := f.mustEnsure(second); ip != netip.MustParseAddr("10.0.0.11") {
 		t.Fatalf("second got %s after first was deleted, want 10.0.0.11", ip)
@@ -664,7 +699,7 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 	// The first comes back, but its guest is still booting: its Node has
 	// not reported since the domain started, so it does not answer yet.
 	f.hv.setState(first.name, libvirtcloud.StateRunning)
-	f.lb.replaceAll(f.ctx)
+	f.lb.place.pass(f.ctx, nil)
 	if got := f.ann.answering(vip); got != nil {
 		t.Fatalf("VIP handed to %v before the restarted node reported", got)
 	}
@@ -693,15 +728,13 @@ func TestLoadBalancerFailoverOnNodeNotReady(t *testing.T) {
 	}
 	f.waitFor("move off the NotReady node", func() bool { return f.ann.answering(vip).String() == other.mac.String() })
 
-	// Back to Ready: the VIP stays where it is (a move costs clients).
+	// Back to Ready: the VIP goes back to the node the placement function
+	// gives it, as any replica or a restarted CCM would compute.
 	n.Status.Conditions[0].Status = v1.ConditionTrue
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.lb.replaceAll(f.ctx)
-	if got := f.ann.answering(vip); got.String() != other.mac.String() {
-		t.Fatalf("VIP moved back to %v when %s recovered", got, first.name)
-	}
+	f.waitFor("back on "+first.name, func() bool { return f.ann.answering(vip).String() == first.mac.String() })
 }
 
 func endpointSlice(svc string, ready map[string]bool) *discoveryv1.EndpointSlice {

@@ -1,0 +1,492 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+// Placement and failover: which node answers each VIP. Every pass takes a
+// snapshot (eligible nodes and their MACs, the allocator's VIPs, the
+// announcer's current answers), calls the pure lb.Place, applies the
+// difference to the announcer and emits events for it. Passes run on
+// EnsureLoadBalancer and friends, on every domain, Node and EndpointSlice
+// change, when a hypervisor comes back, and periodically: the service
+// controller does not call UpdateLoadBalancer on readiness changes, so this
+// is what moves a VIP off a node that died.
+
+// DomainEvents is a hypervisor's stream of domain changes.
+// *libvirtcloud.Hypervisor satisfies it.
+type DomainEvents interface {
+	Subscribe() (<-chan libvirtcloud.Event, func())
+}
+
+// connectivity tells whether a hypervisor can be asked right now.
+// *libvirtcloud.Hypervisor satisfies it.
+type connectivity interface {
+	Connected() bool
+}
+
+// excludeLabel keeps a node out of load balancer pools, as upstream does.
+const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// Periods of the placement loop.
+const (
+	placementResync = 30 * time.Second
+	connectionPoll  = 500 * time.Millisecond
+)
+
+// nodeFacts is what placement knows of one Node's domain.
+type nodeFacts struct {
+	uuid  string
+	state libvirtcloud.State
+	mac   net.HardwareAddr // the domain's NIC on the bridge; nil if none
+	fresh bool             // from a hypervisor that answered in this pass
+}
+
+type placement struct {
+	bridge    string
+	hvs       []Hypervisor
+	instances *instances
+	alloc     *lb.Allocator
+	ann       Announcer
+
+	// Set by watch.
+	nodes    corelisters.NodeLister
+	services corelisters.ServiceLister
+	slices   discoverylisters.EndpointSliceLister
+	synced   []cache.InformerSynced
+	recorder record.EventRecorder
+	kick     chan struct{}
+
+	passMu sync.Mutex // one pass at a time; guards known
+
+	// known holds each Node's last facts, used while its hypervisor
+	// cannot be asked: an unreachable hypervisor is not a dead node.
+	known map[string]nodeFacts
+
+	mu sync.Mutex
+	// downAt is when this process saw a domain down (shut off, crashed),
+	// and reportAt when it saw a Node's Ready condition change, both by
+	// the host's clock: a node whose domain went down since its last
+	// report is still booting, whatever its stale Ready says.
+	downAt   map[string]time.Time // by domain UUID
+	reportAt map[string]time.Time // by Node name
+}
+
+func newPlacement(bridge string, hvs []Hypervisor, in *instances, alloc *lb.Allocator, ann Announcer) *placement {
+	return &placement{
+		bridge:    bridge,
+		hvs:       hvs,
+		instances: in,
+		alloc:     alloc,
+		ann:       ann,
+		kick:      make(chan struct{}, 1),
+		known:     map[string]nodeFacts{},
+		downAt:    map[string]time.Time{},
+		reportAt:  map[string]time.Time{},
+	}
+}
+
+// watch registers the informers placement reads and its event handlers.
+func (p *placement) watch(factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
+	svcInf, nodeInf, sliceInf := factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Discovery().V1().EndpointSlices()
+	p.services, p.nodes, p.slices = svcInf.Lister(), nodeInf.Lister(), sliceInf.Lister()
+	p.synced = []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
+	p.recorder = recorder
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { p.poke() },
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*v1.Node)
+			nn, ok2 := n.(*v1.Node)
+			if ok1 && ok2 && readyReport(on) != readyReport(nn) {
+				p.mu.Lock()
+				p.reportAt[nn.Name] = time.Now()
+				p.mu.Unlock()
+			}
+			p.poke()
+		},
+		DeleteFunc: func(any) { p.poke() },
+	}); err != nil {
+		return err
+	}
+	kick := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.poke() },
+		UpdateFunc: func(any, any) { p.poke() },
+		DeleteFunc: func(any) { p.poke() },
+	}
+	_, err := sliceInf.Informer().AddEventHandler(kick)
+	return err
+}
+
+// readyReport identifies the Node's last Ready report (status and
+// heartbeat, compared as values, never against a clock).
+func readyReport(n *v1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return string(c.Status) + "@" + c.LastHeartbeatTime.UTC().String()
+		}
+	}
+	return ""
+}
+
+// poke asks the loop for a pass; pokes coalesce.
+func (p *placement) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run re-places every VIP on changes and periodically until ctx ends.
+func (p *placement) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, h := range p.hvs {
+		src, ok := h.(DomainEvents)
+		if !ok {
+			continue
+		}
+		ch, stop := src.Subscribe()
+		wg.Go(func() {
+			defer stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev, ok := <-ch:
+					if !ok {
+						return
+					}
+					if ev.Domain.State.Down() || ev.Removed {
+						p.sawDown(ev.Domain.UUID)
+					}
+					p.poke()
+				}
+			}
+		})
+	}
+	wg.Go(func() { p.watchConnections(ctx) })
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+		return
+	}
+	ticker := time.NewTicker(placementResync)
+	defer ticker.Stop()
+	p.pass(ctx, nil)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-ticker.C:
+		}
+		p.pass(ctx, nil)
+	}
+}
+
+// watchConnections pokes a pass when a hypervisor answers again: its cache
+// has been resynced by then, so placement is recomputed once from facts.
+func (p *placement) watchConnections(ctx context.Context) {
+	up := make([]bool, len(p.hvs))
+	t := time.NewTicker(connectionPoll)
+	defer t.Stop()
+	for {
+		for i, h := range p.hvs {
+			c, ok := h.(connectivity)
+			if !ok {
+				continue
+			}
+			now := c.Connected()
+			if now && !up[i] {
+				klog.FromContext(ctx).V(2).Info("Hypervisor answers; re-placing VIPs", "zone", h.Zone())
+				p.poke()
+			}
+			up[i] = now
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *placement) sawDown(uuid string) {
+	p.mu.Lock()
+	p.downAt[uuid] = time.Now()
+	p.mu.Unlock()
+}
+
+// sync runs a pass now, for a call of the service controller; svc is that
+// call's (possibly newer than cached) copy of the Service.
+func (p *placement) sync(ctx context.Context, svc *v1.Service) {
+	p.pass(ctx, svc)
+}
+
+// snapshot is one pass's view of the world.
+type snapshot struct {
+	facts       map[string]nodeFacts // eligible-by-node-state Nodes
+	unavailable bool                 // some hypervisor could not be asked
+}
+
+// pass places every VIP and applies the result.
+func (p *placement) pass(ctx context.Context, given *v1.Service) {
+	if p.nodes == nil {
+		return
+	}
+	p.passMu.Lock()
+	defer p.passMu.Unlock()
+	log := klog.FromContext(ctx)
+	snap := p.snapshot(ctx)
+	vips := p.alloc.VIPs()
+	base := make([]string, 0, len(snap.facts))
+	for name, f := range snap.facts {
+		if p.eligible(name, f) {
+			base = append(base, name)
+		}
+	}
+	want := make(map[netip.Addr][]string, len(vips))
+	holders := make(map[netip.Addr][]string, len(vips))
+	for _, v := range vips {
+		if !v.Claimed {
+			continue
+		}
+		holders[v.IP] = v.Holders
+		want[v.IP] = p.narrow(base, v.Holders, given)
+	}
+	decided := lb.Place(want)
+	current := p.ann.Answering()
+
+	for ip := range current {
+		if _, held := holders[ip]; held {
+			continue
+		}
+		if err := p.ann.Remove(ip); err != nil {
+			log.Error(err, "Cannot stop announcing a released VIP", "ip", ip)
+		}
+	}
+	for ip, hs := range holders {
+		now := current[ip]
+		from := snap.nodeWithMAC(now)
+		to := decided[ip]
+		// While a hypervisor cannot be asked, a VIP answered by a node
+		// whose state is not known now stays where it is.
+		if now != nil && snap.unavailable && (from == "" || !snap.facts[from].fresh) {
+			continue
+		}
+		if to == "" {
+			if now == nil {
+				p.eventOnce(hs, given, ip)
+				continue
+			}
+			if err := p.ann.Remove(ip); err != nil {
+				log.Error(err, "Cannot stop announcing VIP", "ip", ip)
+				continue
+			}
+			p.event(hs, given, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
+			continue
+		}
+		mac := snap.facts[to].mac
+		if bytes.Equal(now, mac) {
+			if given != nil {
+				_ = p.ann.Set(ip, mac) // repairs a neighbour entry that failed before
+			}
+			continue
+		}
+		if err := p.ann.Set(ip, mac); err != nil {
+			log.Error(err, "Announcing VIP", "ip", ip, "node", to)
+		}
+		if now == nil {
+			p.event(hs, given, v1.EventTypeNormal, ReasonAnnounced, "%s announced via node %s (%s)", ip, to, mac)
+			continue
+		}
+		if from == "" {
+			from = now.String()
+		}
+		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac)
+		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
+	}
+}
+
+// snapshot reads the Nodes that may answer (Ready, not excluded, not being
+// deleted) and their domains. A Node whose hypervisor cannot be asked keeps
+// its last known facts.
+func (p *placement) snapshot(ctx context.Context) snapshot {
+	snap := snapshot{facts: map[string]nodeFacts{}}
+	all, err := p.nodes.List(labels.Everything())
+	if err != nil {
+		return snap
+	}
+	seen := map[string]bool{}
+	for _, n := range all {
+		seen[n.Name] = true
+		d, _, err := p.instances.find(ctx, n)
+		switch {
+		case err == nil:
+			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true}
+			p.known[n.Name] = f
+			if d.State.Down() {
+				p.mu.Lock()
+				if _, ok := p.downAt[d.UUID]; !ok {
+					p.downAt[d.UUID] = time.Now()
+				}
+				p.mu.Unlock()
+			}
+		case errors.Is(err, libvirtcloud.ErrNotFound):
+			delete(p.known, n.Name)
+		default:
+			snap.unavailable = true
+		}
+		_, excluded := n.Labels[excludeLabel]
+		if excluded || n.DeletionTimestamp != nil || !nodeReady(n) {
+			continue
+		}
+		if f, ok := p.known[n.Name]; ok {
+			if err != nil {
+				f.fresh = false
+			}
+			snap.facts[n.Name] = f
+		}
+	}
+	for name := range p.known {
+		if !seen[name] {
+			delete(p.known, name)
+		}
+	}
+	return snap
+}
+
+func (s snapshot) nodeWithMAC(mac net.HardwareAddr) string {
+	if mac == nil {
+		return ""
+	}
+	for name, f := range s.facts {
+		if bytes.Equal(f.mac, mac) {
+			return name
+		}
+	}
+	return ""
+}
+
+// eligible: the domain runs (a paused one counts: it resumes with its
+// network as it was, and a long pause makes the Node NotReady anyway), has
+// a NIC on the bridge, and the Node has reported since this process last
+// saw the domain down (until then its Ready is the one from before).
+func (p *placement) eligible(name string, f nodeFacts) bool {
+	if f.mac == nil || (f.state != libvirtcloud.StateRunning && f.state != libvirtcloud.StatePaused) {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	down, wasDown := p.downAt[f.uuid]
+	return !wasDown || p.reportAt[name].After(down)
+}
+
+func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
+	for _, i := range d.Interfaces {
+		if i.Bridge != bridge {
+			continue
+		}
+		if mac, err := net.ParseMAC(i.MAC); err == nil {
+			return mac
+		}
+	}
+	return nil
+}
+
+// narrow applies the policies of the Services sharing a VIP: with
+// externalTrafficPolicy Local, only nodes with a ready endpoint.
+func (p *placement) narrow(nodes []string, holders []string, given *v1.Service) []string {
+	out := nodes
+	for _, k := range holders {
+		s := p.lookupService(k, given)
+		if s == nil || s.Spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal {
+			continue
+		}
+		with := p.endpointNodes(s)
+		var narrowed []string
+		for _, n := range out {
+			if with[n] {
+				narrowed = append(narrowed, n)
+			}
+		}
+		out = narrowed
+	}
+	return out
+}
+
+func (p *placement) lookupService(k string, given *v1.Service) *v1.Service {
+	if given != nil && key(given) == k {
+		return given
+	}
+	ns, name := splitKey(k)
+	s, err := p.services.Services(ns).Get(name)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// endpointNodes are the nodes holding a ready endpoint of svc.
+func (p *placement) endpointNodes(svc *v1.Service) map[string]bool {
+	out := map[string]bool{}
+	slices, err := p.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
+	if err != nil {
+		return out
+	}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				out[*ep.NodeName] = true
+			}
+		}
+	}
+	return out
+}
+
+func (p *placement) event(holders []string, given *v1.Service, typ, reason, format string, args ...any) {
+	for _, k := range holders {
+		if s := p.lookupService(k, given); s != nil {
+			p.recorder.Eventf(s, typ, reason, format, args...)
+		}
+	}
+}
+
+// eventOnce reports a VIP no node can answer to the Service being synced
+// (the service controller's call), not on every pass.
+func (p *placement) eventOnce(holders []string, given *v1.Service, ip netip.Addr) {
+	if given == nil {
+		return
+	}
+	for _, k := range holders {
+		if k == key(given) {
+			p.recorder.Eventf(given, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
+		}
+	}
+}
+
+func nodeReady(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}

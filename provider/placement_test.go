@@ -1,0 +1,153 @@
+package provider
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+func nodeNamesOf(nodes []testNode) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.name)
+	}
+	return out
+}
+
+func macOfNode(name string) string {
+	for _, n := range testNodes {
+		if n.name == name {
+			return n.mac.String()
+		}
+	}
+	return ""
+}
+
+// touchNodes makes a Node change the placement watches (a label), as any
+// Node or EndpointSlice event during an outage would.
+func (f *lbFixture) touchNodes(value string) {
+	f.t.Helper()
+	for _, n := range testNodes {
+		obj, err := f.client.CoreV1().Nodes().Get(f.ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if obj.Labels == nil {
+			obj.Labels = map[string]string{}
+		}
+		obj.Labels["touched"] = value
+		if _, err := f.client.CoreV1().Nodes().Update(f.ctx, obj, metav1.UpdateOptions{}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// TestPlacementIsRendezvous: every VIP is answered by lb.Announcer's choice
+// among the eligible nodes, and a restarted CCM (loading the statuses)
+// places every VIP exactly the same.
+func TestPlacementIsRendezvous(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.0/27").start()
+	all := nodeNamesOf(testNodes)
+	placed := map[netip.Addr]string{}
+	var svcs []*v1.Service
+	for i := range 12 {
+		vip := f.mustEnsure(lbService(fmt.Sprintf("svc-%d", i)))
+		want := lb.Announcer(vip, all)
+		if got := f.ann.answering(vip).String(); got != macOfNode(want) {
+			t.Fatalf("%s answered by %s, want %s (%s)", vip, got, want, macOfNode(want))
+		}
+		placed[vip] = want
+		svcs = append(svcs, lbService(fmt.Sprintf("svc-%d", i), withStatusIP(vip.String())))
+	}
+	if len(f.ann.Answering()) != 12 {
+		t.Fatalf("%d VIPs answered, want 12", len(f.ann.Answering()))
+	}
+	var objs []runtime.Object
+	for _, s := range svcs {
+		objs = append(objs, s)
+	}
+	g := newLBFixture(t, "10.0.0.0/27", objs...).start()
+	g.waitFor("every VIP placed after the restart", func() bool { return len(g.ann.Answering()) == 12 })
+	for vip, node := range placed {
+		if got := g.ann.answering(vip).String(); got != macOfNode(node) {
+			t.Errorf("after a restart %s is answered by %s, want %s as before", vip, got, node)
+		}
+	}
+}
+
+// TestPlacementKeepsVIPsWhileHypervisorUnavailable: libvirtd restarting
+// (guests keep running) while Node events arrive withdraws nothing and moves
+// nothing; once it answers again placement is recomputed.
+func TestPlacementKeepsVIPsWhileHypervisorUnavailable(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.20").start()
+	var vips []netip.Addr
+	for i := range 4 {
+		vips = append(vips, f.mustEnsure(lbService(fmt.Sprintf("svc-%d", i))))
+	}
+	before := f.ann.Answering()
+	sets := len(f.ann.sets)
+
+	f.hv.setDown(true)
+	f.touchNodes("during")
+	f.lb.place.pass(f.ctx, nil)
+	time.Sleep(100 * time.Millisecond) // let the loop's own passes run too
+	for _, vip := range vips {
+		if got := f.ann.answering(vip); got.String() != before[vip].String() {
+			t.Errorf("while libvirtd was down %s went from %s to %v", vip, before[vip], got)
+		}
+		if f.ann.removed(vip) {
+			t.Errorf("while libvirtd was down %s was withdrawn", vip)
+		}
+	}
+	// A new Service meanwhile still gets a node from the last known facts.
+	extra := f.mustEnsure(lbService("extra"))
+	if f.ann.answering(extra) == nil {
+		t.Error("a new VIP was not announced while libvirtd was down")
+	}
+
+	f.hv.setDown(false)
+	f.waitFor("a pass after reconnect", func() bool { return len(f.ann.sets) > sets })
+	for _, vip := range vips {
+		if got := f.ann.answering(vip); got.String() != before[vip].String() {
+			t.Errorf("after libvirtd returned %s went from %s to %v", vip, before[vip], got)
+		}
+	}
+	if n := f.count(v1.EventTypeNormal, ReasonMoved) + f.count(v1.EventTypeWarning, ReasonNoNode); n != 0 {
+		t.Errorf("%d moves or withdrawals across the restart: %q", n, f.drain())
+	}
+}
+
+// TestPausedDomainKeepsItsVIPs: a paused domain (snapshot, migration) keeps
+// its node eligible; when it resumes nothing waits for a Node report.
+func TestPausedDomainKeepsItsVIPs(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	vip := f.mustEnsure(lbService("web"))
+	first, _ := nodeOf(f.ann.answering(vip))
+
+	f.hv.setState(first.name, libvirtcloud.StatePaused)
+	f.lb.place.pass(f.ctx, nil)
+	f.hv.setState(first.name, libvirtcloud.StateRunning)
+	f.lb.place.pass(f.ctx, nil)
+	time.Sleep(50 * time.Millisecond)
+	if got := f.ann.answering(vip); got.String() != first.mac.String() {
+		t.Fatalf("after pause and resume %s is answered by %v, want %s still", vip, got, first.name)
+	}
+	if f.ann.removed(vip) {
+		t.Error("the VIP was withdrawn during the pause")
+	}
+	// The other node pauses and resumes, then the first one dies: the VIP
+	// goes to the other node at once, with no report of its since.
+	other := otherNode(first)
+	f.hv.setState(other.name, libvirtcloud.StatePaused)
+	f.hv.setState(other.name, libvirtcloud.StateRunning)
+	f.hv.setState(first.name, libvirtcloud.StateShutOff)
+	f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+}
