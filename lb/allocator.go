@@ -462,3 +462,9 @@ func (a *Allocator) Claimed(ip netip.Addr) bool {
 	defer a.mu.Unlock()
 	return a.claimed[ip]
 }
+
+// InPools reports whether ip lies in a configured pool.
+func (a *Allocator) InPools(ip netip.Addr) bool {
+	_, ok := a.pools.For(ip)
+	return ok
+}

@@ -227,4 +227,3 @@ func inUse(name string) bool {
 	unix.Close(fd)
 	return false
 }
-
