@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
@@ -31,14 +32,15 @@ loadBalancer:
 }
 
 func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
-	return u.runCCM(ctx, cp, client, bin, cloudConfig(),
-		"--allocate-node-cidrs", "--cluster-cidr", ClusterCIDR, "--configure-cloud-routes",
-		"--node-monitor-period=2s")
+	return u.runCCM(ctx, cp, client, bin, cloudConfig())
 }
 
-// runCCM starts the CCM as a daemon with the identity of examples/rbac.yaml
-// (a service-account token), the given cloud config and extra flags.
-func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin, cloudCfg string, extraArgs ...string) error {
+// runCCM starts the CCM as a daemon as examples/ ships it: the flags of the
+// systemd unit (leader election, secure serving with delegated
+// authentication and authorization) with the lab's own files in place of
+// the unit's, and the identity of examples/rbac.yaml (a service-account
+// token).
+func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin, cloudCfg string) error {
 	tr, err := client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "cloud-controller-manager",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)}}, metav1.CreateOptions{})
 	if err != nil {
@@ -52,13 +54,10 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 	if err := os.WriteFile(cfg, []byte(cloudCfg), 0o600); err != nil {
 		return err
 	}
-	args := append([]string{
-		"--kubeconfig", kc,
-		"--cloud-provider=libvirt", "--cloud-config", cfg,
-		"--leader-elect=false",
-		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
-		"--authentication-skip-lookup",
-	}, extraArgs...)
+	args, err := examples.CCMArgs(map[string]string{examples.UnitKubeconfig: kc, examples.UnitCloudConfig: cfg})
+	if err != nil {
+		return fmt.Errorf("the CCM's command line from examples/: %w", err)
+	}
 	u.st.CCMCommand = append([]string{bin}, args...)
 	return u.st.launchCCM()
 }

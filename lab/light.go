@@ -204,8 +204,9 @@ func lightCloudConfig(st *State) string {
 }
 
 func (u *upRun) startLightCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
-	// Nothing to route or balance without a bridge.
-	return u.runCCM(ctx, cp, client, bin, lightCloudConfig(u.st), "--controllers=*,-node-route-controller,-service-lb-controller")
+	// As shipped: without a bridge in the cloud config the provider offers
+	// no routes and no load balancers, and those controllers stay idle.
+	return u.runCCM(ctx, cp, client, bin, lightCloudConfig(u.st))
 }
 
 // startSimulator starts `labcloud simulate` as a daemon in this namespace.

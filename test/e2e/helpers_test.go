@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirt"
 
+	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
@@ -133,11 +136,19 @@ func waitLease(t testing.TB, mac string) string {
 type ccm struct {
 	proc *controlplane.Process
 	dir  string
+	// securePort serves /healthz and /metrics (the upstream default
+	// unless another CCM of this test runs beside it).
+	securePort int
 }
 
-// startCCM runs the CCM binary with the least-privilege identity of
-// examples/rbac.yaml and the given cloud config, with the flags as shipped
-// plus the ones a test needs.
+// startCCM runs the CCM binary as examples/ ships it: the flags of
+// examples/libvirt-cloud-controller-manager.service (leader election,
+// secure serving with delegated authentication and authorization) with
+// the test's kubeconfig and cloud config in place of the unit's files, and
+// the identity of examples/rbac.yaml. extraArgs are what a test must add
+// (a subset of controllers, a feature gate). A second CCM running at the
+// same time gets a secure port of its own, as a replica on another host would
+// have one to itself.
 func startCCM(t testing.TB, cloudConfig string, extraArgs ...string) *ccm {
 	t.Helper()
 	dir := t.TempDir()
@@ -149,28 +160,72 @@ func startCCM(t testing.TB, cloudConfig string, extraArgs ...string) *ccm {
 	if err := env.cp.WriteKubeconfig(kc, "cloud-controller-manager", serviceAccountToken(t)); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{
-		"--kubeconfig", kc,
-		"--cloud-provider=libvirt",
-		"--cloud-config", cfgPath,
-		"--leader-elect=false",
-		"--secure-port=0", "--webhook-secure-port=0", "--bind-address=127.0.0.1",
-		"--authentication-skip-lookup",
-		"--controllers=cloud-node,cloud-node-lifecycle",
-		"--node-monitor-period=1s",
-	}, extraArgs...)
+	args, err := examples.CCMArgs(map[string]string{examples.UnitKubeconfig: kc, examples.UnitCloudConfig: cfgPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &ccm{dir: dir, securePort: defaultSecurePort}
+	env.ccmMu.Lock()
+	for _, other := range env.ccms {
+		if !other.proc.Exited() {
+			c.securePort = freePort(t)
+			args = append(args, fmt.Sprintf("--secure-port=%d", c.securePort))
+			break
+		}
+	}
+	env.ccmMu.Unlock()
+	args = append(args, extraArgs...)
 	p, err := controlplane.StartProcess(context.Background(), filepath.Join(dir, "ccm.log"), env.ccmBin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &ccm{proc: p, dir: dir}
+	c.proc = p
+	env.ccmMu.Lock()
+	env.ccms = append(env.ccms, c)
+	env.ccmMu.Unlock()
 	t.Cleanup(func() {
 		p.Stop()
 		if t.Failed() {
 			t.Logf("CCM log tail:\n%s", p.Tail(40))
 		}
+		releaseLeaseIfLast(t, c)
 	})
 	return c
+}
+
+// defaultSecurePort is the upstream CCM's secure port (cloudprovider.CloudControllerManagerPort).
+const defaultSecurePort = 10258
+
+// leaseName is the Lease the shipped CCM elects its leader with.
+const leaseName = "cloud-controller-manager"
+
+// releaseLeaseIfLast forgets c and, when no CCM of the suite runs any
+// more, deletes the leader Lease: a stopped CCM does not release it, and the
+// next test's CCM would otherwise wait out its 15 s before doing anything.
+func releaseLeaseIfLast(t testing.TB, c *ccm) {
+	env.ccmMu.Lock()
+	defer env.ccmMu.Unlock()
+	env.ccms = slices.DeleteFunc(env.ccms, func(o *ccm) bool { return o == c })
+	for _, o := range env.ccms {
+		if !o.proc.Exited() {
+			return
+		}
+	}
+	err := env.admin.CoordinationV1().Leases("kube-system").Delete(context.Background(), leaseName, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete the CCM's leader lease: %v", err)
+	}
+}
+
+// freePort returns a TCP port nothing listens on right now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // serviceAccountToken returns a token for kube-system/cloud-controller-manager,

@@ -102,7 +102,8 @@ func TestLibvirtdRestart(t *testing.T) {
 	c := startCCM(t, libvirtCloudConfig())
 	createNode(t, "e2e-a", v1.ConditionTrue)
 	waitNode(t, "e2e-a", "initialization", 30*time.Second, func(n *v1.Node) bool { return n != nil && n.Spec.ProviderID != "" })
-	// NotReady: the lifecycle controller asks the cloud about it every second.
+	// NotReady: the lifecycle controller asks the cloud about it every
+	// --node-monitor-period (5 s as shipped).
 	setReady(t, "e2e-a", v1.ConditionFalse)
 
 	env.daemon.StopLibvirtd()

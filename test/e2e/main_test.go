@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,6 +42,9 @@ var env struct {
 	repo    string
 	network string
 	bridge  string
+
+	ccmMu sync.Mutex
+	ccms  []*ccm // started by startCCM and not yet cleaned up
 }
 
 func TestMain(m *testing.M) {
@@ -182,6 +186,7 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 	if env.admin, err = kubernetes.NewForConfig(cfg); err != nil {
 		return 0, err
 	}
+	// The RBAC as shipped, applied from the file users apply.
 	if out, err := kubectl("apply", "-f", filepath.Join(env.repo, "examples", "rbac.yaml")); err != nil {
 		return 0, fmt.Errorf("apply examples/rbac.yaml: %v: %s", err, out)
 	}

@@ -30,16 +30,11 @@ func routesCloudConfig(bridge string) string {
 	return libvirtCloudConfig() + fmt.Sprintf("routes:\n  bridge: %s\n", bridge)
 }
 
-// routeControllerArgs turn the route controller on, next to the node
-// controllers: --configure-cloud-routes and --cluster-cidr are what
-// k8s.io/cloud-provider v0.36.3 checks. kube-controller-manager allocates the
-// CIDRs; --allocate-node-cidrs is not read by this CCM version and is passed
-// only as deployments carry it.
+// routeControllerArgs run the route controller next to the node
+// controllers only; --configure-cloud-routes and --cluster-cidr come with
+// the shipped flags (kube-controller-manager allocates the CIDRs).
 var routeControllerArgs = []string{
 	"--controllers=cloud-node,cloud-node-lifecycle,route",
-	"--configure-cloud-routes=true",
-	"--allocate-node-cidrs=true",
-	"--cluster-cidr=10.244.0.0/16",
 }
 
 // ownedRoutes returns the proto-76 routes on the e2e bridge: dst -> gateway.
