@@ -1,0 +1,102 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/arp"
+)
+
+// TestARPProberCountsEveryAnswer runs the prober in a client namespace
+// against a responder in another, joined by a veth pair: one VIP answered
+// once, one answered with two MACs (a split brain), one not at all.
+func TestARPProberCountsEveryAnswer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces and raw ARP sockets")
+	}
+	client, responder := fmt.Sprintf("lcct-c-%d", os.Getpid()), fmt.Sprintf("lcct-r-%d", os.Getpid())
+	ipCmd := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "del", client).Run()
+		_ = exec.Command("ip", "netns", "del", responder).Run()
+	})
+	ipCmd("netns", "add", client)
+	ipCmd("netns", "add", responder)
+	ipCmd("-n", client, "link", "add", "c0", "type", "veth", "peer", "name", "r0", "netns", responder)
+	ipCmd("-n", client, "addr", "add", "10.99.0.2/24", "dev", "c0")
+	ipCmd("-n", responder, "addr", "add", "10.99.0.3/24", "dev", "r0")
+	ipCmd("-n", client, "link", "set", "c0", "up")
+	ipCmd("-n", responder, "link", "set", "r0", "up")
+
+	once, twice, nobody := netip.MustParseAddr("10.99.0.200"), netip.MustParseAddr("10.99.0.201"), netip.MustParseAddr("10.99.0.202")
+	macA, _ := net.ParseMAC("02:00:00:00:00:0a")
+	macB, _ := net.ParseMAC("02:00:00:00:00:0b")
+	answers := map[netip.Addr][]net.HardwareAddr{once: {macA}, twice: {macA, macB}}
+
+	r, err := newARPProber(responder, "r0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			_ = r.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			req, _, err := r.c.Read()
+			if err != nil || req.Operation != arp.OperationRequest {
+				continue
+			}
+			for _, mac := range answers[req.TargetIP] {
+				reply, err := arp.NewPacket(arp.OperationReply, mac, req.TargetIP, req.SenderHardwareAddr, req.SenderIP)
+				if err == nil {
+					_ = r.c.WriteTo(reply, req.SenderHardwareAddr)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		r.Close()
+	})
+
+	p, err := newARPProber(client, "c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	start := time.Now()
+	got, err := p.Probe(ctx, []netip.Addr{once, twice, nobody}, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"02:00:00:00:00:0a"}; !slices.Equal(got[once], want) {
+		t.Errorf("%s answered by %v, want %v", once, got[once], want)
+	}
+	if want := []string{"02:00:00:00:00:0a", "02:00:00:00:00:0b"}; !slices.Equal(got[twice], want) {
+		t.Errorf("%s answered by %v, want %v", twice, got[twice], want)
+	}
+	if len(got[nobody]) != 0 {
+		t.Errorf("%s answered by %v, want nobody", nobody, got[nobody])
+	}
+	// Unanswered VIPs are asked twice: two waits, no more.
+	if d := time.Since(start); d < 600*time.Millisecond || d > 2*time.Second {
+		t.Errorf("probe took %s, want two 300 ms waits", d)
+	}
+}
