@@ -41,11 +41,12 @@ func Chaos(ctx context.Context, st *State, opts ChaosOptions) (ChaosSummary, err
 	if err := ensureNamespace(ctx, client, ChaosNamespace); err != nil {
 		return ChaosSummary{}, err
 	}
-	if err := lanClientUp(); err != nil {
+	lan, err := lanClientUp()
+	if err != nil {
 		return ChaosSummary{}, fmt.Errorf("LAN client on %s: %w", Bridge, err)
 	}
-	defer lanClientDown()
-	prober, err := newARPProber(chaosClientNetns, chaosVethClient)
+	defer lan.Close()
+	prober, err := newARPProber(lan.ns, chaosVethClient)
 	if err != nil {
 		return ChaosSummary{}, err
 	}

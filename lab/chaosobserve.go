@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -26,42 +25,104 @@ import (
 	"github.com/labcloud/labcloud/netroutes"
 )
 
-// The LAN client chaos probes VIPs from: a namespace of its own with a
-// veth on the lab bridge, as a machine on the LAN would be (the CCM does
-// not answer the host's own ARP requests).
+// The LAN client chaos probes VIPs from: a network namespace of its own
+// (anonymous: it lives as long as chaos holds it) with a veth on the lab
+// bridge, as a machine on the LAN would be (the CCM does not answer the
+// host's own ARP requests).
 const (
-	chaosClientNetns = "labcloud-chaos"
-	chaosVethLab     = "lcchaos0" // in the lab namespace, a port of the bridge
-	chaosVethClient  = "lcchaos1" // in the client namespace
-	chaosClientIP    = "10.123.0.252"
-	excludeLBLabel   = "node.kubernetes.io/exclude-from-external-load-balancers"
+	chaosVethLab    = "lcchaos0" // in the lab namespace, a port of the bridge
+	chaosVethClient = "lcchaos1" // in the client namespace
+	chaosClientIP   = "10.123.0.252"
+	excludeLBLabel  = "node.kubernetes.io/exclude-from-external-load-balancers"
 )
 
-// lanClientUp makes the LAN client namespace and its veth on the bridge.
-// It runs in the lab's namespace.
-func lanClientUp() error {
-	lanClientDown()
-	cmds := [][]string{
-		{"netns", "add", chaosClientNetns},
-		{"link", "add", chaosVethLab, "type", "veth", "peer", "name", chaosVethClient, "netns", chaosClientNetns},
-		{"link", "set", chaosVethLab, "master", Bridge, "up"},
-		{"-n", chaosClientNetns, "addr", "add", chaosClientIP + "/24", "dev", chaosVethClient},
-		{"-n", chaosClientNetns, "link", "set", chaosVethClient, "up"},
-		{"-n", chaosClientNetns, "link", "set", "lo", "up"},
+// lanClient is the LAN client's namespace; Close removes it and its veth.
+type lanClient struct{ ns netns.NsHandle }
+
+// lanClientUp makes the LAN client. It runs in the lab's namespace.
+func lanClientUp() (*lanClient, error) {
+	if l, err := netlink.LinkByName(chaosVethLab); err == nil { // a crashed run's
+		_ = netlink.LinkDel(l)
 	}
-	for _, c := range cmds {
-		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
-			lanClientDown()
-			return fmt.Errorf("ip %s: %w: %s", strings.Join(c, " "), err, strings.TrimSpace(string(out)))
-		}
+	ns, err := newNetns()
+	if err != nil {
+		return nil, err
+	}
+	c := &lanClient{ns: ns}
+	if err := c.plug(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// newNetns makes a network namespace without entering it.
+func newNetns() (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, fmt.Errorf("current network namespace: %w", err)
+	}
+	defer orig.Close()
+	ns, err := netns.New() // enters it
+	if err != nil {
+		return 0, fmt.Errorf("new network namespace: %w", err)
+	}
+	if err := netns.Set(orig); err != nil {
+		panic(fmt.Sprintf("cannot restore the network namespace: %v", err)) // the thread would run in the wrong namespace
+	}
+	return ns, nil
+}
+
+// plug adds the veth pair, one end on the bridge, the other with the
+// client's address in the client's namespace.
+func (c *lanClient) plug() error {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: chaosVethLab}, PeerName: chaosVethClient, PeerNamespace: netlink.NsFd(c.ns)}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("veth %s: %w", chaosVethLab, err)
+	}
+	br, err := netlink.LinkByName(Bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", Bridge, err)
+	}
+	if err := netlink.LinkSetMaster(veth, br); err != nil {
+		return fmt.Errorf("attach %s to %s: %w", chaosVethLab, Bridge, err)
+	}
+	if err := netlink.LinkSetUp(veth); err != nil {
+		return fmt.Errorf("link up %s: %w", chaosVethLab, err)
+	}
+	h, err := netlink.NewHandleAt(c.ns)
+	if err != nil {
+		return fmt.Errorf("netlink in the client namespace: %w", err)
+	}
+	defer h.Close()
+	peer, err := h.LinkByName(chaosVethClient)
+	if err != nil {
+		return fmt.Errorf("%s: %w", chaosVethClient, err)
+	}
+	addr, err := netlink.ParseAddr(chaosClientIP + "/24")
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(peer, addr); err != nil {
+		return fmt.Errorf("address on %s: %w", chaosVethClient, err)
+	}
+	if err := h.LinkSetUp(peer); err != nil {
+		return fmt.Errorf("link up %s: %w", chaosVethClient, err)
+	}
+	if lo, err := h.LinkByName("lo"); err == nil {
+		_ = h.LinkSetUp(lo)
 	}
 	return nil
 }
 
-// lanClientDown removes the LAN client (its veth goes with the namespace).
-func lanClientDown() {
-	_ = exec.Command("ip", "netns", "del", chaosClientNetns).Run()
-	_ = exec.Command("ip", "link", "del", chaosVethLab).Run()
+// Close removes the veth pair and lets the namespace go.
+func (c *lanClient) Close() {
+	if l, err := netlink.LinkByName(chaosVethLab); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+	_ = c.ns.Close()
 }
 
 // arpProber sends ARP requests for VIPs from the LAN client and collects
@@ -72,7 +133,7 @@ type arpProber struct {
 
 // newARPProber opens a raw ARP socket on ifName in namespace ns. The
 // socket stays in that namespace; the calling thread is restored.
-func newARPProber(ns, ifName string) (*arpProber, error) {
+func newARPProber(ns netns.NsHandle, ifName string) (*arpProber, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
@@ -80,13 +141,8 @@ func newARPProber(ns, ifName string) (*arpProber, error) {
 		return nil, fmt.Errorf("current network namespace: %w", err)
 	}
 	defer orig.Close()
-	target, err := netns.GetFromName(ns)
-	if err != nil {
-		return nil, fmt.Errorf("network namespace %s: %w", ns, err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return nil, fmt.Errorf("enter network namespace %s: %w", ns, err)
+	if err := netns.Set(ns); err != nil {
+		return nil, fmt.Errorf("enter the client network namespace: %w", err)
 	}
 	defer func() {
 		if err := netns.Set(orig); err != nil {
@@ -95,11 +151,11 @@ func newARPProber(ns, ifName string) (*arpProber, error) {
 	}()
 	ifi, err := net.InterfaceByName(ifName)
 	if err != nil {
-		return nil, fmt.Errorf("%s in %s: %w", ifName, ns, err)
+		return nil, fmt.Errorf("%s in the client namespace: %w", ifName, err)
 	}
 	c, err := arp.Dial(ifi)
 	if err != nil {
-		return nil, fmt.Errorf("ARP socket on %s in %s: %w", ifName, ns, err)
+		return nil, fmt.Errorf("ARP socket on %s: %w", ifName, err)
 	}
 	return &arpProber{c: c}, nil
 }

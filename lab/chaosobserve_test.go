@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/mdlayher/arp"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // TestARPProberCountsEveryAnswer runs the prober in a client namespace
@@ -47,7 +50,7 @@ func TestARPProberCountsEveryAnswer(t *testing.T) {
 	macB, _ := net.ParseMAC("02:00:00:00:00:0b")
 	answers := map[netip.Addr][]net.HardwareAddr{once: {macA}, twice: {macA, macB}}
 
-	r, err := newARPProber(responder, "r0")
+	r, err := newARPProber(nsHandle(t, responder), "r0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func TestARPProberCountsEveryAnswer(t *testing.T) {
 		r.Close()
 	})
 
-	p, err := newARPProber(client, "c0")
+	p, err := newARPProber(nsHandle(t, client), "c0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,5 +101,76 @@ func TestARPProberCountsEveryAnswer(t *testing.T) {
 	// Unanswered VIPs are asked twice: two waits, no more.
 	if d := time.Since(start); d < 600*time.Millisecond || d > 2*time.Second {
 		t.Errorf("probe took %s, want two 300 ms waits", d)
+	}
+}
+
+func nsHandle(t *testing.T, name string) netns.NsHandle {
+	t.Helper()
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// TestLANClientReachesTheBridge plugs the LAN client into a bridge named as
+// the lab's, in a namespace of the test's, and asks for the bridge's own
+// address: the kernel's answer must come back through the veth.
+func TestLANClientReachesTheBridge(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, veth, raw ARP sockets")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	labNS, err := netns.New() // the test's stand-in for the lab's namespace; entered
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer labNS.Close()
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err)
+		}
+	}()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: Bridge}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := netlink.ParseAddr(Gateway + "/24")
+	if err := netlink.AddrAdd(br, addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		t.Fatal(err)
+	}
+	lan, err := lanClientUp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newARPProber(lan.ns, chaosVethClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	gw := netip.MustParseAddr(Gateway)
+	var got map[netip.Addr][]string
+	for i := 0; i < 10 && len(got[gw]) == 0; i++ { // the veth may take a moment to forward
+		if got, err = p.Probe(context.Background(), []netip.Addr{gw}, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link, _ := netlink.LinkByName(Bridge)
+	if want := []string{link.Attrs().HardwareAddr.String()}; !slices.Equal(got[gw], want) {
+		t.Errorf("%s answered by %v, want the bridge's %v", gw, got[gw], want)
+	}
+	lan.Close()
+	if _, err := netlink.LinkByName(chaosVethLab); err == nil {
+		t.Errorf("%s left behind by Close", chaosVethLab)
 	}
 }

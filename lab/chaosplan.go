@@ -65,7 +65,7 @@ func (k FaultKind) policy() faultPolicy {
 	case FaultNodeStop, FaultNodeKill:
 		return faultPolicy{Settle: 5 * time.Second, weight: 2, holdMin: 5 * time.Second, holdMax: 15 * time.Second}
 	case FaultCCMKill:
-		return faultPolicy{Outage: true, Settle: 35 * time.Second, weight: 2, holdMin: 0, holdMax: 2 * time.Second}
+		return faultPolicy{Outage: true, Settle: 35 * time.Second, weight: 2, holdMin: 0, holdMax: 5 * time.Second} // the unit restarts it after 5 s
 	case FaultLibvirtd:
 		return faultPolicy{Settle: 3 * time.Second, weight: 2, holdMin: 2 * time.Second, holdMax: 10 * time.Second}
 	case FaultBridgeFlap:
