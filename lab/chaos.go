@@ -170,8 +170,9 @@ func (r *chaosRun) faultLoop(ctx context.Context, deadline time.Time, nodes []st
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		f := plan.Next()
 		if f.Kind.isNode() {
-			if err := r.waitNodesEligible(ctx, len(nodes), 4*time.Minute); err != nil {
-				r.out.printf("skipping %s: %v", f, err)
+			wait := min(4*time.Minute, time.Until(deadline))
+			if err := r.waitNodesEligible(ctx, len(nodes), wait); err != nil {
+				r.out.printf("skipping %s: not every node can answer for VIPs yet: %v", f, err)
 				continue
 			}
 		}

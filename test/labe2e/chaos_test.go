@@ -37,7 +37,7 @@ func TestChaosSoak(t *testing.T) {
 
 	summaryFile := filepath.Join(t.TempDir(), "chaos.json")
 	// Room for the last fault's hold and settle, and for waits on booting nodes.
-	out, err := l.run(duration+10*time.Minute, "chaos", "--duration", duration.String(), "--seed", strconv.FormatInt(seed, 10), "--json", summaryFile)
+	out, err := l.run(duration+10*time.Minute, "chaos", "--duration", duration.String(), "--seed", strconv.FormatInt(seed, 10), "--json", summaryFile, "--verbose")
 	t.Logf("labcloud chaos --duration %s --seed %d:\n%s", duration, seed, out)
 	data, rerr := os.ReadFile(summaryFile)
 	if rerr != nil {
