@@ -1,0 +1,121 @@
+package lab
+
+import (
+	"context"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// inTestNetns runs f on a locked thread inside a new network namespace
+// that holds a bridge named as the lab's, and restores the namespace.
+func inTestNetns(t *testing.T, f func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, bridges, veth")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err)
+		}
+	}()
+	addBridge(t)
+	f()
+}
+
+func addBridge(t *testing.T) {
+	t.Helper()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: Bridge}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func master(t *testing.T, name string) string {
+	t.Helper()
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Attrs().MasterIndex == 0 {
+		return ""
+	}
+	m, err := netlink.LinkByIndex(l.Attrs().MasterIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Attrs().Name
+}
+
+// TestReplugAfterTheBridgeIsRecreated: the bridge's ports before it went
+// are its ports again once it is back.
+func TestReplugAfterTheBridgeIsRecreated(t *testing.T) {
+	inTestNetns(t, func() {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "lct0"}, PeerName: "lct1"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			t.Fatal(err)
+		}
+		br, _ := netlink.LinkByName(Bridge)
+		if err := netlink.LinkSetMaster(veth, br); err != nil {
+			t.Fatal(err)
+		}
+		ports, err := bridgePorts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ports) != 1 || ports[0] != "lct0" {
+			t.Fatalf("bridge ports = %v, want [lct0]", ports)
+		}
+		if err := netlink.LinkDel(br); err != nil {
+			t.Fatal(err)
+		}
+		if m := master(t, "lct0"); m != "" {
+			t.Fatalf("lct0 still on %s after the bridge went", m)
+		}
+		addBridge(t)
+		if err := replug(append(ports, "gone0")); err != nil {
+			t.Fatal(err)
+		}
+		if m := master(t, "lct0"); m != Bridge {
+			t.Errorf("lct0 on %q after replug, want %s", m, Bridge)
+		}
+	})
+}
+
+func TestBridgeFlap(t *testing.T) {
+	inTestNetns(t, func() {
+		in := &injector{}
+		undo, err := in.bridgeFlap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := netlink.LinkByName(Bridge); l.Attrs().Flags&net.FlagUp != 0 {
+			t.Error("bridge still up after the flap's injection")
+		}
+		if err := undo(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := netlink.LinkByName(Bridge); l.Attrs().Flags&net.FlagUp == 0 {
+			t.Error("bridge down after the flap's recovery")
+		}
+	})
+}
