@@ -182,8 +182,15 @@ func (r *chaosRun) faultLoop(ctx context.Context, deadline time.Time, nodes []st
 		r.waitSettled(ctx, f.Kind.policy().Settle+5*time.Second)
 		sleep(ctx, f.Gap)
 	}
+	// Leave the lab as it was found: every node back, checks still on.
+	if err := r.waitNodesEligible(ctx, len(nodes), finalWait); err != nil && ctx.Err() == nil {
+		r.out.printf("at the end, not every node can answer for VIPs again: %v", err)
+	}
 	return nil
 }
+
+// finalWait bounds the wait for restarted nodes at the end of a run.
+const finalWait = 90 * time.Second
 
 // run injects f, holds it and undoes it. The undo runs even when ctx has
 // ended, so that an interrupted run leaves the lab whole.

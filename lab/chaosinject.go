@@ -155,7 +155,10 @@ func qemuPid(name string) (int, error) {
 func (in *injector) ccmKill() (func(context.Context) error, error) {
 	pid := in.st.Pids[ccmPid]
 	if pid <= 0 || !isProcess(pid, ccmPid) {
-		return nil, fmt.Errorf("the lab's CCM (pid %d) is not running", pid)
+		// Restarted by someone else: the process running the lab's command.
+		if pid = processWithCommand(in.st.CCMCommand); pid == 0 {
+			return nil, fmt.Errorf("the lab's CCM (pid %d in the state) is not running", in.st.Pids[ccmPid])
+		}
 	}
 	if err := killAndWait(pid, syscall.SIGKILL, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("CCM: %w", err)
@@ -173,7 +176,11 @@ func (in *injector) ccmKill() (func(context.Context) error, error) {
 func (in *injector) libvirtdStop(sig string) (func(context.Context) error, error) {
 	pid := in.st.Pids["libvirtd"]
 	if pid <= 0 || !isProcess(pid, "libvirtd") {
-		return nil, fmt.Errorf("the lab's libvirtd (pid %d) is not running", pid)
+		// Restarted by someone else (libvirtd -d): its pid file says which.
+		data, err := os.ReadFile("/run/libvirtd.pid")
+		if pid, _ = strconv.Atoi(strings.TrimSpace(string(data))); err != nil || pid <= 0 || !isProcess(pid, "libvirtd") {
+			return nil, fmt.Errorf("the lab's libvirtd (pid %d in the state) is not running", in.st.Pids["libvirtd"])
+		}
 	}
 	s := syscall.SIGTERM
 	if sig == "KILL" {
@@ -190,6 +197,25 @@ func (in *injector) libvirtdStop(sig string) (func(context.Context) error, error
 		in.st.Pids["libvirtd"] = d.LibvirtdPid()
 		return in.st.save()
 	}, nil
+}
+
+// processWithCommand finds a process whose command line is cmd; 0 if none.
+func processWithCommand(cmd []string) int {
+	if len(cmd) == 0 {
+		return 0
+	}
+	want := strings.Join(cmd, "\x00")
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.TrimSuffix(string(b), "\x00") == want {
+			return pid
+		}
+	}
+	return 0
 }
 
 // killAndWait sends sig to pid and waits until it has ended (SIGKILL

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 
@@ -118,4 +119,21 @@ func TestBridgeFlap(t *testing.T) {
 			t.Error("bridge down after the flap's recovery")
 		}
 	})
+}
+
+func TestProcessWithCommand(t *testing.T) {
+	cmd := exec.Command("sleep", "3600.5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	if got := processWithCommand([]string{"sleep", "3600.5"}); got != cmd.Process.Pid {
+		t.Errorf("processWithCommand = %d, want %d", got, cmd.Process.Pid)
+	}
+	if got := processWithCommand([]string{"sleep", "3600.6"}); got != 0 {
+		t.Errorf("processWithCommand of a command nobody runs = %d, want 0", got)
+	}
 }
