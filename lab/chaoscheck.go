@@ -20,7 +20,8 @@ import (
 // Invariants `labcloud chaos` checks.
 const (
 	// InvVIPAnswered: each VIP in a Service status is answered by exactly
-	// one MAC, that of a running, eligible node.
+	// one MAC, that of a running, eligible node (with a ready endpoint, for
+	// externalTrafficPolicy Local); unanswered only when no node is eligible.
 	InvVIPAnswered = "vip-answered"
 	// InvVIPUnique: no two Services hold one IP unless they are in one
 	// namespace and carry the same sharing key.
@@ -78,6 +79,10 @@ type SnapService struct {
 	Key        string // namespace/name
 	SharingKey string
 	VIPs       []netip.Addr
+	// Local: externalTrafficPolicy Local; only nodes among EndpointNodes
+	// (those with a ready endpoint) may answer for its VIPs.
+	Local         bool
+	EndpointNodes []string
 }
 
 func (s SnapService) namespace() string { ns, _, _ := strings.Cut(s.Key, "/"); return ns }
@@ -144,11 +149,14 @@ func whoseMAC(s *Snapshot, mac string) string {
 
 func checkVIPAnswers(s *Snapshot) []Condition {
 	var out []Condition
-	eligible := eligibleMACs(s)
+	nodes := eligibleMACs(s)
 	for _, vip := range snapshotVIPs(s) {
 		macs := s.ARP[vip]
+		eligible := narrowByEndpoints(nodes, s.Services, vip)
 		c := Condition{Invariant: InvVIPAnswered, Subject: vip.String()}
 		switch {
+		case len(macs) == 0 && len(s.Domains) > 0 && len(eligible) == 0:
+			continue // nobody may answer (externalTrafficPolicy Local without endpoints, or no node up)
 		case len(macs) == 0:
 			c.Detail = "no ARP answer"
 		case len(macs) > 1:
@@ -165,6 +173,25 @@ func checkVIPAnswers(s *Snapshot) []Condition {
 			continue
 		}
 		out = append(out, c)
+	}
+	return out
+}
+
+// narrowByEndpoints keeps, of the eligible nodes (MAC -> node), those with
+// a ready endpoint of every externalTrafficPolicy Local Service holding vip.
+func narrowByEndpoints(eligible map[string]string, svcs []SnapService, vip netip.Addr) map[string]string {
+	out := eligible
+	for _, svc := range svcs {
+		if !svc.Local || !slices.Contains(svc.VIPs, vip) {
+			continue
+		}
+		narrowed := map[string]string{}
+		for mac, node := range out {
+			if slices.Contains(svc.EndpointNodes, node) {
+				narrowed[mac] = node
+			}
+		}
+		out = narrowed
 	}
 	return out
 }

@@ -71,6 +71,24 @@ func TestEvaluate(t *testing.T) {
 			s.Domains["n1"] = SnapDomain{MAC: mac1}
 			s.Domains["n2"] = SnapDomain{MAC: mac2}
 		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain shut off, not eligible), and no node is eligible"}},
+		{name: "no node up: unanswered is right", change: func(s *Snapshot) {
+			s.Domains["n1"] = SnapDomain{MAC: mac1}
+			s.Domains["n2"] = SnapDomain{MAC: mac2}
+			s.ARP = nil
+		}},
+		{name: "Local policy: answered by a node without endpoints", change: func(s *Snapshot) {
+			s.Services[0].Local, s.Services[0].EndpointNodes = true, []string{"n2"}
+		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
+		{name: "Local policy: answered by the node with endpoints", change: func(s *Snapshot) {
+			s.Services[0].Local, s.Services[0].EndpointNodes = true, []string{"n2"}
+			s.ARP[ip("10.123.0.200")] = []string{mac2}
+		}},
+		{name: "Local policy without endpoints: unanswered is right", change: func(s *Snapshot) {
+			s.Services[0].Local = true
+			s.ARP = nil
+		}},
+		{name: "Local policy without endpoints: answered", change: func(s *Snapshot) { s.Services[0].Local = true },
+			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible), and no node is eligible"}},
 		{name: "libvirt down: the last known domains judge the answer", change: func(s *Snapshot) {
 			s.DomainsKnown = false
 			s.ARP[ip("10.123.0.200")] = []string{mac2}

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"libvirt.org/go/libvirt"
@@ -260,9 +261,13 @@ func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
 	for i := range nodes.Items {
 		s.Nodes = append(s.Nodes, snapNode(&nodes.Items[i]))
 	}
+	eps, err := o.client.DiscoveryV1().EndpointSlices("").List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list endpoint slices: %w", err)
+	}
 	for i := range svcs.Items {
 		if svc := &svcs.Items[i]; svc.Spec.Type == v1.ServiceTypeLoadBalancer {
-			s.Services = append(s.Services, snapService(svc))
+			s.Services = append(s.Services, snapService(svc, eps.Items))
 		}
 	}
 	s.Domains, s.DomainsKnown = o.readDomains(s.At)
@@ -305,8 +310,19 @@ func snapNode(n *v1.Node) SnapNode {
 	return sn
 }
 
-func snapService(svc *v1.Service) SnapService {
-	ss := SnapService{Key: svc.Namespace + "/" + svc.Name, SharingKey: svc.Annotations[lb.AnnotationSharingKey]}
+func snapService(svc *v1.Service, eps []discoveryv1.EndpointSlice) SnapService {
+	ss := SnapService{Key: svc.Namespace + "/" + svc.Name, SharingKey: svc.Annotations[lb.AnnotationSharingKey],
+		Local: svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal}
+	for _, es := range eps {
+		if es.Namespace != svc.Namespace || es.Labels[discoveryv1.LabelServiceName] != svc.Name {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && !slices.Contains(ss.EndpointNodes, *ep.NodeName) {
+				ss.EndpointNodes = append(ss.EndpointNodes, *ep.NodeName)
+			}
+		}
+	}
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
 		if ip, err := netip.ParseAddr(ing.IP); err == nil {
 			ss.VIPs = append(ss.VIPs, ip)
