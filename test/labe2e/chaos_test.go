@@ -67,7 +67,7 @@ func TestChaosSoak(t *testing.T) {
 	if sum.Checks < int(duration/(5*time.Second)) {
 		t.Errorf("only %d invariant checks in %s", sum.Checks, duration)
 	}
-	if sum.Skipped > sum.Checks/10 {
+	if sum.Skipped > sum.Checks/4 { // the API server is away while the bridge is re-created
 		t.Errorf("%d of %d checks skipped (incomplete snapshots)", sum.Skipped, sum.Checks)
 	}
 }
