@@ -2,7 +2,7 @@
 # Builds every third-party binary the tests and the lab run, from the Go module
 # proxy, into a cache directory keyed by version, outside the checkout:
 #   control plane  kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
-#   lab nodes      kubelet kube-proxy agnhost containerd containerd-shim-runc-v2 ctr
+#   lab nodes      kubelet kube-proxy agnhost pause containerd containerd-shim-runc-v2 ctr
 #                  and the CNI plugins bridge host-local loopback portmap (in cni/)
 #   conformance    e2e.test (Kubernetes' own e2e suite)
 # Only missing binaries are built, so a warm cache makes this a no-op.
@@ -43,6 +43,14 @@ fi
 if [ ! -x "$out/e2e.test" ]; then
   echo "building e2e.test $k8s (cold: ~6 minutes)" >&2
   (cd "$here/tools" && go test -c -ldflags="-s -w $kver" -o "$out/e2e.test.tmp" k8s.io/kubernetes/test/e2e && mv "$out/e2e.test.tmp" "$out/e2e.test")
+fi
+if [ ! -x "$out/pause" ]; then
+  # The pod sandbox, from Kubernetes' own source at the same version.
+  pause_version=3.10.2
+  kdir=$(cd "$here/tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+  echo "building pause $pause_version" >&2
+  gcc -Os -static -Wall -Werror -DVERSION="$pause_version" -o "$out/pause.tmp" "$kdir/build/pause/linux/pause.c"
+  strip "$out/pause.tmp" && mv "$out/pause.tmp" "$out/pause"
 fi
 mapfile -t todo < <(missing github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr)

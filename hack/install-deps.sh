@@ -8,8 +8,8 @@ packages=(
   build-essential pkg-config libvirt-dev
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-config-network libvirt-clients
   qemu-system-x86 dnsmasq-base iptables iproute2 kmod
-  busybox-static linux-image-cloud-amd64
-  curl ca-certificates bc procps
+  busybox-static linux-image-cloud-amd64 runc e2fsprogs
+  curl wget ca-certificates bc procps
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"libvirt.org/go/libvirt"
 
-	"github.com/labcloud/labcloud/lab/nodeagent"
+	"github.com/labcloud/labcloud/lab/kubeletsim"
 )
 
 func TestLightNodeName(t *testing.T) {
@@ -151,7 +151,7 @@ func TestSimulate(t *testing.T) {
 	}
 	poll("nodes and leases registered", func() bool {
 		nodes, _ := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		leases, _ := client.CoordinationV1().Leases(nodeagent.NodeLeaseNamespace).List(ctx, metav1.ListOptions{})
+		leases, _ := client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).List(ctx, metav1.ListOptions{})
 		return len(nodes.Items) == n && len(leases.Items) == n
 	})
 	for i := 1; i <= n; i++ {
@@ -159,14 +159,14 @@ func TestSimulate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if node.Status.NodeInfo.SystemUUID != fixtureUUID(i) || !tainted(node, nodeagent.UninitializedTaint.Key) ||
+		if node.Status.NodeInfo.SystemUUID != fixtureUUID(i) || !tainted(node, kubeletsim.UninitializedTaint.Key) ||
 			!nodeIsReady(node) || node.Spec.ProviderID != "" {
 			t.Errorf("node %s is not registered like a kubelet with --cloud-provider=external: %+v", node.Name, node)
 		}
 	}
 	// About n renewals per heartbeat, spread over it.
 	poll("two rounds of renewals", func() bool { return patches.Load() >= 2*n })
-	lease, err := client.CoordinationV1().Leases(nodeagent.NodeLeaseNamespace).Get(ctx, lightNodeName(1, n), metav1.GetOptions{})
+	lease, err := client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Get(ctx, lightNodeName(1, n), metav1.GetOptions{})
 	if err != nil || time.Since(lease.Spec.RenewTime.Time) > time.Second {
 		t.Errorf("lease of node 1 not renewed: %+v %v", lease, err)
 	}
@@ -177,7 +177,7 @@ func TestSimulate(t *testing.T) {
 	if err := client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.CoordinationV1().Leases(nodeagent.NodeLeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+	if err := client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll("deleted node registered again", func() bool {
@@ -206,7 +206,7 @@ func TestCountLight(t *testing.T) {
 		},
 		{ // still tainted
 			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1.LabelTopologyZone: lightZone}},
-			Spec:       v1.NodeSpec{ProviderID: "libvirt://y", Taints: []v1.Taint{nodeagent.UninitializedTaint}},
+			Spec:       v1.NodeSpec{ProviderID: "libvirt://y", Taints: []v1.Taint{kubeletsim.UninitializedTaint}},
 			Status:     v1.NodeStatus{Conditions: ready},
 		},
 		{ // no zone yet, not Ready

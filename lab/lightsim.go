@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/labcloud/labcloud/lab/nodeagent"
+	"github.com/labcloud/labcloud/lab/kubeletsim"
 )
 
 // SimOptions configure Simulate.
@@ -104,9 +104,9 @@ func (s *simulator) each(ctx context.Context, produce func(context.Context, chan
 func (s *simulator) name(i int) string { return lightNodeName(i, s.opts.Nodes) }
 
 // host is what simulated node i reports about itself.
-func (s *simulator) host(i int) nodeagent.Host {
+func (s *simulator) host(i int) kubeletsim.Host {
 	uuid := fixtureUUID(i)
-	return nodeagent.Host{
+	return kubeletsim.Host{
 		SystemUUID:    uuid,
 		MachineID:     strings.ReplaceAll(uuid, "-", ""),
 		BootID:        uuid,
@@ -137,15 +137,15 @@ func (s *simulator) registerUntilDone(ctx context.Context, i int) {
 func (s *simulator) register(ctx context.Context, i int) error {
 	name := s.name(i)
 	nodes := s.opts.Client.CoreV1().Nodes()
-	node, err := nodes.Create(ctx, nodeagent.NewNode(name, nil, s.host(i), time.Now()), metav1.CreateOptions{})
+	node, err := nodes.Create(ctx, kubeletsim.NewNode(name, nil, s.host(i), time.Now()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		node, err = nodes.Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", name, err)
 	}
-	lease := nodeagent.RenewedLease(nil, node, time.Now())
-	_, err = s.opts.Client.CoordinationV1().Leases(nodeagent.NodeLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
+	lease := kubeletsim.RenewedLease(nil, node, time.Now())
+	_, err = s.opts.Client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create lease of node %s: %w", name, err)
 	}
@@ -157,7 +157,7 @@ func (s *simulator) register(ctx context.Context, i int) error {
 func (s *simulator) renew(ctx context.Context, i int) {
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"renewTime": metav1.NewMicroTime(time.Now())}})
 	if err == nil {
-		_, err = s.opts.Client.CoordinationV1().Leases(nodeagent.NodeLeaseNamespace).Patch(ctx, s.name(i), types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err = s.opts.Client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Patch(ctx, s.name(i), types.MergePatchType, patch, metav1.PatchOptions{})
 	}
 	if apierrors.IsNotFound(err) {
 		err = s.register(ctx, i)

@@ -35,10 +35,11 @@ type Options struct {
 }
 
 type upRun struct {
-	opts   Options
-	st     *State
-	start  time.Time
-	tokens []controlplane.Token // the guests' kubelet credentials
+	opts       Options
+	st         *State
+	start      time.Time
+	tokens     []controlplane.Token // the guests' kubelet credentials
+	proxyToken string               // kube-proxy's, shared by every node
 }
 
 func (u *upRun) step(name string, f func() error) error {
@@ -73,6 +74,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	var (
 		ccmBin, labNodeBin string
 		art                image.Artifacts
+		disk               image.Disk
 		cp                 *controlplane.ControlPlane
 		client             kubernetes.Interface
 	)
@@ -82,8 +84,17 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	}{
 		{"control-plane tools", func() (err error) { u.st.Tools, err = ensureTools(ctx, u.repo(), opts.Out); return err }},
 		{"build CCM and lab-node", func() (err error) { ccmBin, labNodeBin, err = ensureBinaries(ctx, u.repo()); return err }},
-		{"guest image", func() (err error) {
-			art, err = image.Build(ctx, image.Options{LabNode: labNodeBin, Out: filepath.Join(CacheDir(), "image")})
+		{"guest boot image", func() (err error) {
+			art, err = image.Build(ctx, image.Options{Out: filepath.Join(CacheDir(), "image")})
+			return err
+		}},
+		{"node root disk", func() (err error) {
+			disk, err = image.BuildRootDisk(ctx, image.DiskOptions{
+				Tools: u.st.Tools, LabNode: labNodeBin, KernelRelease: art.KernelRelease, Out: filepath.Join(CacheDir(), "image"),
+			})
+			if err == nil && !disk.Cached {
+				fmt.Fprintf(opts.Out, "           built %s\n", disk.Path)
+			}
 			return err
 		}},
 		{"claim the host's libvirtd", func() error {
@@ -110,12 +121,12 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 			return nil
 		}},
 		{"libvirt network " + NetworkName, func() error { return defineNetwork() }},
-		{"etcd, kube-apiserver, kube-controller-manager", func() (err error) {
+		{"etcd, kube-apiserver, kube-controller-manager, kube-scheduler", func() (err error) {
 			cp, client, err = u.startControlPlane(ctx)
 			return err
 		}},
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
-		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art) }},
+		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.Out) }},
 	}
 	for _, s := range steps {
@@ -204,7 +215,9 @@ func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPla
 		tokens = append(tokens, controlplane.Token{Token: controlplane.NewToken(), User: "system:node:" + nodeName(i), Groups: []string{"system:nodes"}})
 	}
 	u.tokens = tokens
-	return u.runControlPlane(ctx, controlplane.Options{Address: Gateway, ClusterCIDR: ClusterCIDR, Tokens: tokens})
+	u.proxyToken = controlplane.NewToken()
+	tokens = append(tokens, controlplane.Token{Token: u.proxyToken, User: "system:kube-proxy"})
+	return u.runControlPlane(ctx, controlplane.Options{Address: Gateway, ClusterCIDR: ClusterCIDR, Tokens: tokens, Scheduler: true})
 }
 
 // runControlPlane starts the lab's control plane as daemons (opts gives
@@ -267,7 +280,25 @@ func accel() string {
 	return "kvm"
 }
 
-func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts) error {
+// Guest size: kubelet, containerd and kube-proxy with a few pods fit in 1 GiB
+// with room to spare; the root disk is shared, so only what a guest writes
+// costs memory.
+const (
+	guestMemoryMiB = 1024
+	guestVCPUs     = 2
+)
+
+// cpuModel passes the host CPU through under KVM; under TCG it asks for
+// every feature QEMU emulates (libvirt's default, qemu64, lacks the vector
+// instructions Go's hashing and copying use, which makes image imports slow).
+func cpuModel(domainType string) string {
+	if domainType == "kvm" {
+		return "<cpu mode='host-passthrough'/>"
+	}
+	return "<cpu mode='maximum'/>"
+}
+
+func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, disk image.Disk) error {
 	c, err := libvirt.NewConnect("qemu:///system")
 	if err != nil {
 		return err
@@ -281,28 +312,41 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts) e
 	for i := 1; i <= u.opts.Nodes; i++ {
 		name := nodeName(i)
 		initrd := filepath.Join(nodes, name+".initrd")
-		err := image.WriteNodeInitrd(initrd, art.Initramfs, image.NodeConfig{
-			NodeName:  name,
-			APIServer: fmt.Sprintf("https://%s:%d", Gateway, APIPort),
-			CACertPEM: string(cp.CAData),
-			Token:     u.tokens[i-1].Token,
+		files, err := nodeFiles(nodeIdentity{
+			Name:         name,
+			APIServer:    fmt.Sprintf("https://%s:%d", Gateway, APIPort),
+			CAPEM:        cp.CAData,
+			KubeletToken: u.tokens[i-1].Token,
+			ProxyToken:   u.proxyToken,
+			ClusterCIDR:  ClusterCIDR,
 		})
 		if err != nil {
 			return err
 		}
+		if err := image.WriteNodeInitrd(initrd, art.Initramfs, files); err != nil {
+			return err
+		}
 		xml := fmt.Sprintf(`<domain type='%s'>
   <name>%s</name>
-  <memory unit='MiB'>192</memory>
-  <vcpu>1</vcpu>
+  <memory unit='MiB'>%d</memory>
+  <vcpu>%d</vcpu>
+  %s
   <os>
     <type arch='x86_64' machine='pc'>hvm</type>
     <kernel>%s</kernel>
     <initrd>%s</initrd>
-    <cmdline>console=ttyS0 quiet panic=-1</cmdline>
+    <cmdline>%s</cmdline>
   </os>
   <on_poweroff>destroy</on_poweroff>
   <on_crash>destroy</on_crash>
   <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw' cache='writeback'/>
+      <source file='%s'/>
+      <target dev='vda' bus='virtio'/>
+      <readonly/>
+      <shareable/>
+    </disk>
     <interface type='network'>
       <mac address='%s'/>
       <source network='%s'/>
@@ -311,7 +355,7 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts) e
     <serial type='file'><source path='%s'/><target port='0'/></serial>
     <memballoon model='none'/>
   </devices>
-</domain>`, typ, name, art.Kernel, initrd, nodeMAC(i), NetworkName, filepath.Join(nodes, name+".console"))
+</domain>`, typ, name, guestMemoryMiB, guestVCPUs, cpuModel(typ), art.Kernel, initrd, image.Cmdline, disk.Path, nodeMAC(i), NetworkName, filepath.Join(nodes, name+".console"))
 		d, err := c.DomainDefineXML(xml)
 		if err != nil {
 			return fmt.Errorf("define %s: %w", name, err)

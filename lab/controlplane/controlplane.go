@@ -21,8 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	certutil "k8s.io/client-go/util/cert"
 )
 
 // Options describe the control plane to start.
@@ -47,6 +45,8 @@ type Options struct {
 	ControllerManagerArgs []string
 	// Daemon starts the processes so that they outlive the caller.
 	Daemon bool
+	// Scheduler starts kube-scheduler too (the lab with real nodes).
+	Scheduler bool
 }
 
 // Token is a static bearer token for a user.
@@ -111,6 +111,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if err := cp.startControllerManager(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Scheduler {
+		if err := cp.startScheduler(ctx); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return cp, nil
 }
@@ -144,13 +149,24 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if ip == nil {
 		return fmt.Errorf("control plane address %q is not an IP", cp.opts.Address)
 	}
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("labcloud-apiserver",
-		[]net.IP{ip, net.ParseIP("127.0.0.1"), firstIP(cp.opts.ServiceCIDR)},
-		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"})
+	ca, err := newAuthority()
 	if err != nil {
-		return fmt.Errorf("generate API server certificate: %w", err)
+		return err
 	}
-	cp.CAData = certPEM
+	certPEM, keyPEM, err := ca.issue("kube-apiserver", nil,
+		[]net.IP{ip, net.ParseIP("127.0.0.1"), firstIP(cp.opts.ServiceCIDR)},
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return err
+	}
+	// The API server's identity towards kubelets; system:masters passes
+	// their webhook authorization.
+	kcPEM, kkPEM, err := ca.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
+	cp.CAData = ca.PEM
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
@@ -162,7 +178,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		tokens = append(tokens, fmt.Sprintf("%s,%s,%s,%q", t.Token, t.User, t.User, strings.Join(t.Groups, ",")))
 	}
 	files := map[string][]byte{
-		"apiserver.crt": certPEM, "apiserver.key": keyPEM, "sa.key": saPEM,
+		"apiserver.crt": certPEM, "apiserver.key": keyPEM, "sa.key": saPEM, "ca.crt": ca.PEM,
+		"apiserver-kubelet-client.crt": kcPEM, "apiserver-kubelet-client.key": kkPEM,
 		"tokens.csv": []byte(strings.Join(tokens, "\n") + "\n"),
 	}
 	for name, data := range files {
@@ -188,6 +205,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		"--service-account-signing-key-file", cp.path("sa.key"),
 		"--service-cluster-ip-range", cp.opts.ServiceCIDR,
 		"--allow-privileged",
+		"--client-ca-file", cp.path("ca.crt"),
+		"--kubelet-client-certificate", cp.path("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key", cp.path("apiserver-kubelet-client.key"),
+		// Node hostnames do not resolve on the host; their addresses do.
+		"--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
 		"--cert-dir", cp.path("certs"))
 	if err != nil {
 		return err
@@ -211,6 +233,15 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 	}
 	args = append(args, cp.opts.ControllerManagerArgs...)
 	p, err := cp.start(ctx, "kube-controller-manager", args...)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	return nil
+}
+
+func (cp *ControlPlane) startScheduler(ctx context.Context) error {
+	p, err := cp.start(ctx, "kube-scheduler", "--kubeconfig", cp.AdminKube, "--leader-elect=false")
 	if err != nil {
 		return err
 	}

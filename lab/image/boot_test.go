@@ -12,13 +12,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
-// TestBootInQEMU builds the image with a freshly built lab-node, boots it
-// under QEMU (TCG, user-mode networking that stays inside QEMU) with a node
-// config pointing at an API server that does not exist, and follows the
-// serial log: modules, DHCP, lab-node start, and lab-node retrying its
-// registration without crashing.
+// TestBootInQEMU builds the boot initramfs and the node root disk from the
+// built tools and a fresh lab-node, boots them under QEMU (TCG, user-mode
+// networking that stays inside QEMU) with node files pointing at an API
+// server that does not exist, and follows the serial log: root disk, DHCP,
+// containerd, the images imported, and kubelet trying to register.
 func TestBootInQEMU(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
@@ -28,59 +30,71 @@ func TestBootInQEMU(t *testing.T) {
 	if err != nil {
 		t.Skipf("no guest kernel: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	tools, err := controlplane.FindTools()
+	if err != nil {
+		t.Skipf("no built tools (kubelet, containerd, ...): %v; run make tools", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 
 	labNode := filepath.Join(dir, "lab-node")
-	start := time.Now()
 	if err := BuildLabNode(ctx, ".", labNode); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("built lab-node in %v", time.Since(start).Round(time.Millisecond))
-
 	out := filepath.Join(dir, "image")
+	start := time.Now()
+	art, err := Build(ctx, Options{Kernel: kernel, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Build(ctx, Options{Kernel: kernel, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if art.Cached || !again.Cached || again.Key != art.Key {
+		t.Errorf("builds: first cached %v, second cached %v (keys %s, %s); want a miss, then a hit", art.Cached, again.Cached, art.Key, again.Key)
+	}
+	disk, err := BuildRootDisk(ctx, DiskOptions{Tools: tools, LabNode: labNode, KernelRelease: art.KernelRelease, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built initramfs and root disk in %v", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	art, err := Build(ctx, Options{Kernel: kernel, LabNode: labNode, Out: out})
-	if err != nil {
-		t.Fatal(err)
+	disk2, err := BuildRootDisk(ctx, DiskOptions{Tools: tools, LabNode: labNode, KernelRelease: art.KernelRelease, Out: out})
+	if err != nil || !disk2.Cached || disk2.Key != disk.Key {
+		t.Errorf("second root disk build: %+v %v; want a cache hit with key %s", disk2, err, disk.Key)
 	}
-	fi, err := os.Stat(art.Initramfs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("built image in %v: kernel %s (%s), initramfs %.1f MiB, key %s",
-		time.Since(start).Round(time.Millisecond), art.Kernel, art.KernelRelease, float64(fi.Size())/(1<<20), art.Key[:12])
-	if art.Cached {
-		t.Error("first build reported Cached")
-	}
-	start = time.Now()
-	again, err := Build(ctx, Options{Kernel: kernel, LabNode: labNode, Out: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("second build in %v (cached: %v)", time.Since(start).Round(time.Millisecond), again.Cached)
-	if !again.Cached || again.Key != art.Key {
-		t.Errorf("second build: cached %v key %s, want a cache hit with key %s", again.Cached, again.Key, art.Key)
-	}
+	t.Logf("root disk cache check in %v", time.Since(start).Round(time.Millisecond))
 
 	const (
 		nodeName = "lab-boot-test-1"
 		token    = "boot-test-token-d41d8cd98f00b204"
 		uuid     = "5A0E2D7C-4B1F-4E8A-9C3D-2F6B7A8C9D0E"
 	)
+	kubeconfig := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://10.0.2.2:1\", insecure-skip-tls-verify: true}}]\n"+
+		"users: [{name: u, user: {token: %s}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n", token)
+	files := []NodeFile{
+		{Path: "/etc/hostname", Mode: 0o644, Data: []byte(nodeName + "\n")},
+		{Path: "/etc/kubernetes/kubelet.conf", Mode: 0o600, Data: []byte(kubeconfig)},
+		{Path: "/var/lib/kubelet/config.yaml", Mode: 0o644, Data: []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" +
+			"cgroupDriver: cgroupfs\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\nfailSwapOn: false\n")},
+		{Path: "/var/lib/kube-proxy/kubeconfig", Mode: 0o600, Data: []byte(kubeconfig)},
+		{Path: "/var/lib/kube-proxy/config.yaml", Mode: 0o644, Data: []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n" +
+			"clientConnection: {kubeconfig: /var/lib/kube-proxy/kubeconfig}\n")},
+	}
 	initrd := filepath.Join(dir, nodeName+".initrd")
-	cfg := NodeConfig{NodeName: nodeName, APIServer: "https://10.0.2.2:1", CACertPEM: testCA(t), Token: token}
-	if err := WriteNodeInitrd(initrd, art.Initramfs, cfg); err != nil {
+	if err := WriteNodeInitrd(initrd, art.Initramfs, files); err != nil {
 		t.Fatal(err)
 	}
 
 	serial := filepath.Join(dir, "serial.log")
 	cmd := exec.CommandContext(ctx, qemu,
-		"-machine", "accel=tcg", "-m", "192", "-smp", "1",
+		"-machine", "accel=tcg", "-cpu", "max", "-m", "1024", "-smp", "2",
 		"-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none", "-no-reboot",
 		"-uuid", uuid,
 		"-kernel", art.Kernel, "-initrd", initrd, "-append", Cmdline,
+		"-drive", "file="+disk.Path+",if=virtio,format=raw,readonly=on",
 		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
 		"-serial", "file:"+serial)
 	var stderr bytes.Buffer
@@ -88,7 +102,7 @@ func TestBootInQEMU(t *testing.T) {
 	// QEMU dies with the test process, even if the test binary is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	booted := time.Now()
-	bootCtx, bootCancel := context.WithTimeout(ctx, 3*time.Minute)
+	bootCtx, bootCancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer bootCancel()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start qemu: %v", err)
@@ -109,11 +123,12 @@ func TestBootInQEMU(t *testing.T) {
 		what string
 		re   *regexp.Regexp
 	}{
-		{"init started", regexp.MustCompile(`lab-init: \[[\d.]+\] starting`)},
-		{"virtio_net loaded", regexp.MustCompile(`lab-init: \[[\d.]+\] loaded module virtio_net`)},
+		{"boot init started", regexp.MustCompile(`lab-boot: \[[\d.]+\] starting`)},
+		{"root disk mounted", regexp.MustCompile(`lab-boot: \[[\d.]+\] root disk mounted`)},
 		{"DHCP lease", regexp.MustCompile(`lab-dhcp: \[([\d.]+)\] bound eth0 (10\.0\.2\.\d+)/24 router 10\.0\.2\.2`)},
-		{"lab-node started", regexp.MustCompile(`"Starting lab-node" node="` + nodeName + `" apiServer="https://10.0.2.2:1" systemUUID="` + strings.ToLower(uuid) + `"`)},
-		{"connection error", regexp.MustCompile(`"Unable to register node with the API server; retrying" err="create node ` + nodeName + `: .*connection refused"`)},
+		{"containerd started", regexp.MustCompile(`lab-init: \[[\d.]+\] starting containerd`)},
+		{"images imported", regexp.MustCompile(`lab-init: \[[\d.]+\] images imported in`)},
+		{"kubelet registering", regexp.MustCompile(`kubelet: .*"Unable to register node with API server".*10\.0\.2\.2:1`)},
 	}
 	seen := map[string]time.Duration{}
 	var match []string
@@ -123,8 +138,8 @@ func TestBootInQEMU(t *testing.T) {
 			if match = s.re.FindStringSubmatch(log); match != nil {
 				break
 			}
-			if strings.Contains(log, "lab-node exited") {
-				t.Fatalf("lab-node exited before %s.\nserial log:\n%s", s.what, log)
+			if strings.Contains(log, "Kernel panic") {
+				t.Fatalf("kernel panic before %s.\nserial log:\n%s", s.what, log)
 			}
 			select {
 			case err := <-exited:
@@ -142,18 +157,8 @@ func TestBootInQEMU(t *testing.T) {
 		t.Logf("%-18s after %v", s.what, seen[s.what].Round(100*time.Millisecond))
 	}
 
-	// lab-node keeps retrying: wait for more attempts, and make sure it
-	// neither crashed nor was restarted.
-	retry := regexp.MustCompile(`Unable to register node with the API server; retrying`)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(retry.FindAllString(readLog(), -1)) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("lab-node did not retry its registration.\nserial log:\n%s", readLog())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 	log := readLog()
-	for _, bad := range []string{"lab-node exited", "panic:", "Kernel panic", "failed to load module", token} {
+	for _, bad := range []string{"containerd exited", "kubelet exited", "panic:", "Kernel panic", "failed to load module", "import failed", token} {
 		if strings.Contains(log, bad) {
 			t.Errorf("serial log contains %q", bad)
 		}
@@ -161,7 +166,8 @@ func TestBootInQEMU(t *testing.T) {
 	if t.Failed() || testing.Verbose() {
 		t.Logf("serial log:\n%s", log)
 	}
-	fmt.Fprintf(os.Stderr, "boot timing: virtio_net %v, DHCP lease %v, lab-node start %v, first connection error %v\n",
-		seen["virtio_net loaded"].Round(100*time.Millisecond), seen["DHCP lease"].Round(100*time.Millisecond),
-		seen["lab-node started"].Round(100*time.Millisecond), seen["connection error"].Round(100*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "boot timing: root disk %v, DHCP lease %v, containerd %v, images imported %v, kubelet registering %v\n",
+		seen["root disk mounted"].Round(100*time.Millisecond), seen["DHCP lease"].Round(100*time.Millisecond),
+		seen["containerd started"].Round(100*time.Millisecond), seen["images imported"].Round(100*time.Millisecond),
+		seen["kubelet registering"].Round(100*time.Millisecond))
 }

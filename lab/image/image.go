@@ -1,15 +1,18 @@
-// Package image builds the boot image of a lab guest: a kernel and a
-// gzip'd newc cpio initramfs holding busybox-static, the virtio network
-// modules, an /init that brings the network up with DHCP, and lab-node.
+// Package image builds what a lab node boots: a kernel, a small gzip'd newc
+// cpio initramfs (busybox-static, the virtio and overlay modules, an /init
+// that mounts the root disk), and the root disk itself (BuildRootDisk): a
+// read-only ext4 image shared by every guest with kubelet, kube-proxy,
+// containerd, runc, the CNI plugins and the container images.
 //
-// The base image is the same for every node. A node's identity and
-// credentials travel in a second, small archive (WriteNodeConfig); Linux
-// unpacks concatenated initramfs archives in order, so the lab boots each
-// node with base+node as one initrd file (WriteNodeInitrd).
+// The initramfs and the disk are the same for every node. A node's identity,
+// credentials and configuration files travel in a second, small archive
+// (NodeArchive); Linux unpacks concatenated initramfs archives in order, so
+// the lab boots each node with base+node as one initrd file
+// (WriteNodeInitrd).
 //
-// Boot the result with the kernel command line in Cmdline, a virtio-net NIC
-// on a network with DHCP and, for the system UUID lab-node reports, SMBIOS
-// system UUID = domain UUID (libvirt does this by default).
+// Boot the result with the kernel command line in Cmdline, the root disk as
+// the first virtio disk (read-only), a virtio-net NIC on a network with DHCP
+// and SMBIOS system UUID = domain UUID (libvirt does this by default).
 package image
 
 import (
@@ -39,12 +42,9 @@ const Cmdline = "console=ttyS0,115200 panic=-1 quiet"
 // DefaultBusybox is where Debian's busybox-static installs busybox.
 const DefaultBusybox = "/bin/busybox"
 
-// LabNodePath is where lab-node lives in the guest.
-const LabNodePath = "/bin/lab-node"
-
 // formatVersion changes whenever the layout of the image changes, so cached
 // images built by older code are not reused.
-const formatVersion = "labcloud-guest-image/1"
+const formatVersion = "labcloud-guest-image/2"
 
 //go:embed rootfs
 var rootfs embed.FS
@@ -58,8 +58,6 @@ type Options struct {
 	ModulesDir string
 	// Busybox is a static busybox; default DefaultBusybox.
 	Busybox string
-	// LabNode is the static lab-node binary (see BuildLabNode). Required.
-	LabNode string
 	// Out is the directory for the artifacts; created if missing. Required.
 	Out string
 }
@@ -129,7 +127,6 @@ type inputs struct {
 	release string
 	busybox []byte
 	applets []string // bin/sh, usr/bin/awk, ...
-	labNode []byte
 	modules []module
 	files   map[string][]byte // from rootfs
 }
@@ -137,9 +134,6 @@ type inputs struct {
 func readInputs(ctx context.Context, opts Options) (*inputs, error) {
 	if opts.Out == "" {
 		return nil, errors.New("image: Options.Out is empty")
-	}
-	if opts.LabNode == "" {
-		return nil, errors.New("image: Options.LabNode is empty (build it with BuildLabNode)")
 	}
 	var in inputs
 	var err error
@@ -178,16 +172,6 @@ func readInputs(ctx context.Context, opts Options) (*inputs, error) {
 	}
 	if in.applets, err = busyboxApplets(ctx, opts.Busybox); err != nil {
 		return nil, err
-	}
-
-	if !exists(opts.LabNode) {
-		return nil, fmt.Errorf("lab-node binary %s missing; build it with CGO_ENABLED=0 go build ./cmd/lab-node", opts.LabNode)
-	}
-	if err := checkStatic(opts.LabNode, "lab-node"); err != nil {
-		return nil, fmt.Errorf("%w; build it with CGO_ENABLED=0", err)
-	}
-	if in.labNode, err = os.ReadFile(opts.LabNode); err != nil {
-		return nil, fmt.Errorf("read lab-node: %w", err)
 	}
 
 	in.files = map[string][]byte{}
@@ -231,7 +215,6 @@ func (in *inputs) key() string {
 	part("release", []byte(in.release))
 	part("busybox", in.busybox)
 	part("applets", []byte(strings.Join(in.applets, "\n")))
-	part("lab-node", in.labNode)
 	for _, m := range in.modules {
 		part("module "+m.Rel, m.Data)
 	}
@@ -249,7 +232,6 @@ func (in *inputs) tree() tree {
 	}
 	t.dir("tmp", 0o1777)
 	t.dir("root", 0o700)
-	t.dir("etc/lab-node", 0o700)
 	t.symlink("var/run", "/run")
 
 	t.file("bin/busybox", 0o755, in.busybox)
@@ -260,7 +242,6 @@ func (in *inputs) tree() tree {
 		}
 		t.symlink(a, "/bin/busybox")
 	}
-	t.file(strings.TrimPrefix(LabNodePath, "/"), 0o755, in.labNode)
 
 	var list strings.Builder
 	for _, m := range in.modules {

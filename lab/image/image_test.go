@@ -3,21 +3,13 @@ package image
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cavaliergopher/cpio"
 )
@@ -69,6 +61,8 @@ kernel/net/core/failover.ko:
 kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko
 kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/net/core/failover.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/drivers/net/dummy.ko.xz:
+kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/fs/overlayfs/overlay.ko.xz:
 kernel/drivers/char/hw_random/virtio-rng.ko.zst: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 `
 
@@ -94,7 +88,7 @@ func TestLoadOrder(t *testing.T) {
 		name:  "lab modules",
 		roots: Modules,
 		want: []string{"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio",
-			"virtio_pci", "failover", "net_failover", "virtio_net", "dummy"},
+			"virtio_pci", "virtio_blk", "failover", "net_failover", "virtio_net", "overlay"},
 	}, {
 		name:    "virtio built in",
 		roots:   []string{"virtio_net"},
@@ -222,54 +216,24 @@ func TestTreeWrite(t *testing.T) {
 	}
 }
 
-// testCA returns a self-signed CA certificate in PEM.
-func testCA(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "lab test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
 func TestNodeArchive(t *testing.T) {
-	cfg := NodeConfig{NodeName: "node-1", APIServer: "https://192.168.122.1:6443", CACertPEM: testCA(t), Token: "tok"}
-	gz, err := NodeArchive(cfg)
+	files := []NodeFile{
+		{Path: "/etc/hostname", Mode: 0o644, Data: []byte("node-1\n")},
+		{Path: "/etc/kubernetes/kubelet.conf", Mode: 0o600, Data: []byte("token: tok\n")},
+	}
+	gz, err := NodeArchive(files)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hdrs, data := readArchive(t, gz)
-	h := hdrs["etc/lab-node/config.json"]
-	if h == nil || h.Mode != cpio.TypeReg|0o600 {
-		t.Fatalf("config.json header = %+v, want a 0600 file", h)
+	if h := hdrs["node-config/etc/kubernetes/kubelet.conf"]; h == nil || h.Mode != cpio.TypeReg|0o600 {
+		t.Fatalf("kubelet.conf header = %+v, want a 0600 file under node-config/", h)
 	}
-	if !strings.Contains(string(data["etc/lab-node/config.json"]), `"nodeName": "node-1"`) {
-		t.Errorf("config.json = %s", data["etc/lab-node/config.json"])
+	if string(data["node-config/etc/hostname"]) != "node-1\n" {
+		t.Errorf("hostname = %q", data["node-config/etc/hostname"])
 	}
-	if string(data["etc/hostname"]) != "node-1\n" {
-		t.Errorf("hostname = %q", data["etc/hostname"])
-	}
-	if h := hdrs["etc/lab-node"]; h == nil || h.Mode != cpio.TypeDir|0o700 {
-		t.Errorf("etc/lab-node = %+v, want a 0700 directory", h)
-	}
-
-	bad := cfg
-	bad.Token = ""
-	if _, err := NodeArchive(bad); err == nil || !strings.Contains(err.Error(), "token") {
-		t.Errorf("NodeArchive(no token) error = %v, want one naming the token", err)
+	if _, err := NodeArchive([]NodeFile{{Path: "etc/hostname"}}); err == nil || !strings.Contains(err.Error(), "etc/hostname") {
+		t.Errorf("NodeArchive(relative path) error = %v, want one naming the path", err)
 	}
 
 	// The node initrd is base, padding, node archive.
@@ -279,7 +243,7 @@ func TestNodeArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "node.initrd")
-	if err := WriteNodeInitrd(out, base, cfg); err != nil {
+	if err := WriteNodeInitrd(out, base, files); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(out)
@@ -302,22 +266,20 @@ func TestBuildErrorsNameTheInput(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"no out", Options{LabNode: "/x"}, "Options.Out"},
-		{"no lab-node", Options{Out: dir}, "Options.LabNode"},
-		{"kernel missing", Options{Out: dir, LabNode: "/x", Kernel: "/nonexistent/vmlinuz"}, "linux-image-cloud-amd64"},
-		{"busybox missing", Options{Out: dir, LabNode: "/x", Busybox: "/nonexistent/busybox"}, "busybox-static not installed: /nonexistent/busybox missing"},
-		{"lab-node missing", Options{Out: dir, LabNode: "/nonexistent/lab-node"}, "lab-node binary /nonexistent/lab-node missing"},
-		{"lab-node dynamic", Options{Out: dir, LabNode: "/usr/bin/qemu-system-x86_64"}, "dynamically linked"},
+		{"no out", Options{}, "Options.Out"},
+		{"kernel missing", Options{Out: dir, Kernel: "/nonexistent/vmlinuz"}, "linux-image-cloud-amd64"},
+		{"busybox missing", Options{Out: dir, Busybox: "/nonexistent/busybox"}, "busybox-static not installed: /nonexistent/busybox missing"},
+		{"busybox dynamic", Options{Out: dir, Busybox: "/usr/bin/qemu-system-x86_64"}, "dynamically linked"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if strings.HasPrefix(tc.name, "busybox") || strings.HasPrefix(tc.name, "lab-node") {
+			if strings.HasPrefix(tc.name, "busybox") {
 				if _, err := FindKernel(); err != nil {
 					t.Skipf("needs the guest kernel: %v", err)
 				}
 			}
-			if tc.name == "lab-node dynamic" {
-				if _, err := os.Stat(tc.opts.LabNode); err != nil {
+			if tc.name == "busybox dynamic" {
+				if _, err := os.Stat(tc.opts.Busybox); err != nil {
 					t.Skip("no dynamic binary at hand")
 				}
 			}

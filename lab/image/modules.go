@@ -14,11 +14,12 @@ import (
 	"strings"
 )
 
-// Modules are the modules the guest loads, dependencies resolved from
-// modules.dep: virtio networking (virtio_ring, virtio, virtio_pci_legacy_dev,
-// virtio_pci_modern_dev, virtio_pci, failover, net_failover, virtio_net on
-// Debian's cloud kernel) and dummy, for lab-node's pod0 interface.
-var Modules = []string{"virtio_pci", "virtio_net", "dummy"}
+// Modules are the modules the boot initramfs loads, dependencies resolved
+// from modules.dep: virtio (virtio_ring, virtio, virtio_pci_legacy_dev,
+// virtio_pci_modern_dev, virtio_pci on Debian's cloud kernel), the root disk
+// (virtio_blk), networking (failover, net_failover, virtio_net) and overlay
+// for the root. The root disk has every other module, for modprobe.
+var Modules = []string{"virtio_pci", "virtio_blk", "virtio_net", "overlay"}
 
 // module is one kernel module resolved for the initramfs.
 type module struct {

@@ -3,29 +3,37 @@ package image
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 
-	"github.com/labcloud/labcloud/lab/nodeagent/nodeconfig"
+	"github.com/cavaliergopher/cpio"
 )
 
-// NodeConfig is what a node's archive carries: its name, the API server
-// URL, CA and bearer token. It lands in the guest at nodeconfig.DefaultPath.
-type NodeConfig = nodeconfig.Config
+// NodeFile is one file of a node's own: its hostname, credentials,
+// kubeconfigs and daemon configurations.
+type NodeFile struct {
+	Path string // absolute, in the guest
+	Mode fs.FileMode
+	Data []byte
+}
 
-// NodeArchive returns the gzip'd newc cpio archive with one node's
-// configuration: /etc/lab-node/config.json (mode 0600, it holds the token)
-// and /etc/hostname. Appended to the base initramfs, it completes the image
-// of that node.
-func NodeArchive(cfg NodeConfig) ([]byte, error) {
-	js, err := cfg.Marshal()
-	if err != nil {
-		return nil, err
-	}
+// nodeConfigDir is where the node archive puts its files; the boot /init
+// copies them onto the root.
+const nodeConfigDir = "node-config"
+
+// NodeArchive returns the gzip'd newc cpio archive with one node's files
+// (under node-config/). Appended to the base initramfs, it completes the
+// image of that node.
+func NodeArchive(files []NodeFile) ([]byte, error) {
 	t := tree{}
-	t.dir("etc", 0o755)
-	t.dir("etc/lab-node", 0o700)
-	t.file(nodeconfig.DefaultPath, 0o600, js)
-	t.file("etc/hostname", 0o644, []byte(cfg.NodeName+"\n"))
+	t.dir(nodeConfigDir, 0o755)
+	for _, f := range files {
+		if !path.IsAbs(f.Path) {
+			return nil, fmt.Errorf("node file %q: want an absolute path", f.Path)
+		}
+		t.file(path.Join(nodeConfigDir, f.Path), cpio.FileMode(f.Mode.Perm()), f.Data)
+	}
 	var buf bytes.Buffer
 	if err := writeGzip(&buf, t.write); err != nil {
 		return nil, fmt.Errorf("node archive: %w", err)
@@ -33,21 +41,11 @@ func NodeArchive(cfg NodeConfig) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// WriteNodeConfig writes a node's configuration archive (NodeArchive) to
-// path, mode 0600.
-func WriteNodeConfig(path string, cfg NodeConfig) error {
-	b, err := NodeArchive(cfg)
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(path, b, 0o600)
-}
-
 // WriteNodeInitrd writes the complete initrd of one node to path (mode
-// 0600): the base initramfs, zero padding to a 4-byte boundary, and the
-// node's configuration archive. The kernel unpacks both in order.
-func WriteNodeInitrd(path, base string, cfg NodeConfig) error {
-	node, err := NodeArchive(cfg)
+// 0600, it holds credentials): the base initramfs, zero padding to a 4-byte
+// boundary, and the node's archive. The kernel unpacks both in order.
+func WriteNodeInitrd(path, base string, files []NodeFile) error {
+	node, err := NodeArchive(files)
 	if err != nil {
 		return err
 	}

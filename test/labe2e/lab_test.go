@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/lab"
-	"github.com/labcloud/labcloud/lab/nodeagent"
+	"github.com/labcloud/labcloud/lab/image"
 )
 
 type labcloud struct {
@@ -131,6 +131,100 @@ func (l *labcloud) downTwiceLeavesNothing(pids map[string]int) {
 	}
 }
 
+// kubectl runs kubectl inside the lab's namespace and returns its output.
+func (l *labcloud) kubectl(timeout time.Duration, args ...string) (string, error) {
+	return l.run(timeout, append([]string{"exec", "--", "kubectl"}, args...)...)
+}
+
+func (l *labcloud) mustKubectl(args ...string) string {
+	l.t.Helper()
+	out, err := l.kubectl(2*time.Minute, args...)
+	if err != nil {
+		l.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// curl fetches url from the lab's namespace (the host side of the bridge).
+func (l *labcloud) curl(url string) (string, error) {
+	out, err := l.run(15*time.Second, "exec", "--", "curl", "-sS", "--max-time", "3", url)
+	return strings.TrimSpace(out), err
+}
+
+// announcer is the node status says answers for the Service's VIP.
+func (l *labcloud) announcer(svc string) (vip, node string) {
+	for _, s := range l.status().Services {
+		if s.Service == svc {
+			return s.VIP, s.Node
+		}
+	}
+	return "", ""
+}
+
+// netexec is a Deployment of agnhost netexec on port 8080, on the nodes
+// matching selector (none: anywhere).
+func netexec(name string, replicas int, nodeName string) string {
+	sel := ""
+	if nodeName != "" {
+		sel = fmt.Sprintf("      nodeSelector: {kubernetes.io/hostname: %s}\n", nodeName)
+	}
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s}
+spec:
+  replicas: %[2]d
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+%[4]s      terminationGracePeriodSeconds: 1
+      containers:
+      - name: netexec
+        image: %[3]s
+        args: [netexec, --http-port=8080]
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
+`, name, replicas, image.AgnhostImage, sel)
+}
+
+func loadBalancer(name string, local bool) string {
+	policy := "Cluster"
+	if local {
+		policy = "Local"
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: %[1]s}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: %[2]s
+  selector: {app: %[1]s}
+  ports: [{port: 80, targetPort: 8080}]
+`, name, policy)
+}
+
+func (l *labcloud) apply(manifest string) {
+	l.t.Helper()
+	f := filepath.Join(l.t.TempDir(), "m.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+	l.mustKubectl("apply", "-f", f)
+}
+
+// podsOf returns the Running pods of app: name -> node, name -> pod IP.
+func (l *labcloud) podsOf(app string) (nodes, ips map[string]string) {
+	out := l.mustKubectl("get", "pods", "-l", "app="+app, "--field-selector=status.phase=Running",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.podIP}{"\n"}{end}`)
+	nodes, ips = map[string]string{}, map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			nodes[f[0]], ips[f[0]] = f[1], f[2]
+		}
+	}
+	return nodes, ips
+}
+
 func TestLab(t *testing.T) {
 	l := newLabcloud(t)
 	start := time.Now()
@@ -138,97 +232,145 @@ func TestLab(t *testing.T) {
 	out := l.must(30*time.Minute, "up", "--nodes", "2")
 	t.Logf("labcloud up --nodes 2 took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
 
-	// Nodes initialized from libvirt, with DHCP-lease addresses, pod CIDRs and routes.
+	// Real kubelets, initialized by the CCM from libvirt with DHCP-lease
+	// addresses, pod CIDRs and routes.
 	s := l.status()
 	if len(s.Nodes) != 2 {
 		t.Fatalf("status shows %d nodes, want 2: %+v", len(s.Nodes), s.Nodes)
 	}
-	podAddr, internalIP := map[string]string{}, map[string]string{}
+	internalIP := map[string]string{}
 	for _, n := range s.Nodes {
 		if !strings.HasPrefix(n.ProviderID, "libvirt://") || n.Ready != "True" || n.DomainState != "running" {
 			t.Errorf("node %s not initialized/ready/running: %+v", n.Name, n)
 		}
-		hasLease := false
 		for _, a := range n.Addresses {
 			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok && strings.HasPrefix(ip, "10.123.0.1") {
-				hasLease, internalIP[n.Name] = true, ip
+				internalIP[n.Name] = ip
 			}
 		}
-		if !hasLease {
+		if internalIP[n.Name] == "" {
 			t.Errorf("node %s has no InternalIP from the lab's DHCP range: %v", n.Name, n.Addresses)
 		}
 		if n.PodCIDR == "" || !strings.Contains(n.Route, "proto 76") {
 			t.Errorf("node %s: pod CIDR %q route %q", n.Name, n.PodCIDR, n.Route)
 		}
-		podAddr[n.Name] = strings.TrimSuffix(n.PodCIDR, "0/24") + "1"
+		for _, taint := range n.Taints {
+			if taint == "node.cloudprovider.kubernetes.io/uninitialized" {
+				t.Errorf("node %s still has the uninitialized taint", n.Name)
+			}
+		}
 	}
-	// Each node's pod address answers from the lab namespace (through the route).
-	for name, addr := range podAddr {
-		eventually(t, "ping "+name+"'s pod address "+addr, time.Minute, time.Second, func() string {
-			if out, err := l.run(10*time.Second, "exec", "--", "busybox", "ping", "-c", "1", "-W", "2", addr); err != nil {
-				return out
+	versions := l.mustKubectl("get", "nodes", "-o", `jsonpath={.items[*].status.nodeInfo.kubeletVersion}`)
+	if strings.Fields(versions)[0] != "v1.36.3" || len(strings.Fields(versions)) != 2 {
+		t.Errorf("kubelet versions %q, want v1.36.3 on both nodes", versions)
+	}
+	zones := l.mustKubectl("get", "nodes", "-o", `jsonpath={.items[*].metadata.labels.topology\.kubernetes\.io/zone}`)
+	if zones != "lab-host lab-host" {
+		t.Errorf("zone labels %q, want lab-host on both nodes", zones)
+	}
+
+	// agnhost netexec, 3 replicas, behind a LoadBalancer: the VIP is
+	// answered by the pods, through kube-proxy on the announcing node.
+	l.apply(netexec("web", 3, "") + "---\n" + loadBalancer("web", false))
+	l.mustKubectl("rollout", "status", "deployment/web", "--timeout=5m")
+	podNode, podIP := l.podsOf("web")
+	var vip, announcer string
+	answered := map[string]bool{}
+	eventually(t, "VIP answered by the web pods", 2*time.Minute, 500*time.Millisecond, func() string {
+		if vip, announcer = l.announcer("default/web"); vip == "" || announcer == "" {
+			return "no VIP or announcer in status yet"
+		}
+		got, err := l.curl("http://" + vip + "/hostname")
+		if _, ok := podNode[got]; err != nil || !ok {
+			return fmt.Sprintf("curl %s: %q %v", vip, got, err)
+		}
+		answered[got] = true
+		return ""
+	})
+	for range 20 {
+		if got, err := l.curl("http://" + vip + "/hostname"); err == nil {
+			answered[got] = true
+		}
+	}
+	t.Logf("VIP %s announced via %s, answered by pods %v", vip, announcer, answered)
+	if len(answered) < 2 {
+		t.Errorf("20 requests to %s reached only %v; kube-proxy should spread them over 3 pods", vip, answered)
+	}
+
+	// NodePort on every node.
+	nodePort := l.mustKubectl("get", "svc", "web", "-o", "jsonpath={.spec.ports[0].nodePort}")
+	for name, ip := range internalIP {
+		got, err := l.curl(fmt.Sprintf("http://%s:%s/hostname", ip, nodePort))
+		if _, ok := podNode[got]; err != nil || !ok {
+			t.Errorf("NodePort %s on %s: %q %v", nodePort, name, got, err)
+		}
+	}
+
+	// A pod reaches a pod on the other node by its pod IP: node -> host
+	// bridge -> the CCM's pod-CIDR route -> the other node.
+	crossed := false
+	for a := range podNode {
+		for b := range podNode {
+			if podNode[a] == podNode[b] || crossed {
+				continue
+			}
+			got := l.mustKubectl("exec", a, "--", "wget", "-qO-", "-T", "5", "http://"+podIP[b]+":8080/hostname")
+			if got != b {
+				t.Errorf("pod %s on %s fetched %s:8080/hostname (pod %s on %s): %q", a, podNode[a], podIP[b], b, podNode[b], got)
+			}
+			crossed = true
+		}
+	}
+	if !crossed {
+		t.Errorf("the 3 web pods all run on one node (%v): no cross-node check possible", podNode)
+	}
+
+	// externalTrafficPolicy: Local with the pods on one node: announced via
+	// that node, the client's own address seen, and the VIP follows the pods.
+	var other string
+	for n := range internalIP {
+		if n != announcer {
+			other = n
+		}
+	}
+	for i, target := range []string{other, announcer} {
+		l.apply(netexec("local", 1, target) + "---\n" + loadBalancer("local", true))
+		l.mustKubectl("rollout", "status", "deployment/local", "--timeout=5m")
+		eventually(t, fmt.Sprintf("local VIP announced via %s (move %d)", target, i), 2*time.Minute, 500*time.Millisecond, func() string {
+			lvip, node := l.announcer("default/local")
+			if node != target {
+				return fmt.Sprintf("VIP %s announced via %q", lvip, node)
+			}
+			got, err := l.curl("http://" + lvip + "/clientip")
+			if err != nil || !strings.HasPrefix(got, lab.Gateway+":") {
+				return fmt.Sprintf("clientip %q %v, want the lab host's own %s", got, err, lab.Gateway)
 			}
 			return ""
 		})
 	}
-	// ... and from every other node: lab-node's probe on node A fetches
-	// node B's probe at B's pod address (guest A -> host gateway -> pod-CIDR
-	// route -> guest B), which answers with B's name.
-	for a, aIP := range internalIP {
-		for b, bPod := range podAddr {
-			if a == b {
-				continue
-			}
-			url := fmt.Sprintf("http://%s:%d/reach?addr=%s", aIP, nodeagent.ProbePort, bPod)
-			eventually(t, a+" reaches "+b+"'s pod address "+bPod, time.Minute, time.Second, func() string {
-				out, err := l.run(10*time.Second, "exec", "--", "curl", "-sS", "--max-time", "5", url)
-				if got := strings.TrimSpace(out); err != nil || got != b {
-					return fmt.Sprintf("curl %s: %q %v", url, out, err)
-				}
-				return ""
-			})
-			t.Logf("%s (%s) reaches %s's pod address %s", a, aIP, b, bPod)
-		}
+
+	// Crash failover: the announcing node's QEMU is killed; pods on the
+	// other node answer the VIP, and the Node gets the shutdown taint.
+	_, announcer = l.announcer("default/web")
+	qemu, err := exec.Command("pgrep", "-f", "guest="+announcer+",").Output()
+	if err != nil {
+		t.Fatalf("no QEMU process for %s: %v", announcer, err)
 	}
-
-	// A LoadBalancer VIP answers HTTP with a node name.
-	l.must(time.Minute, "exec", "--", "kubectl", "create", "service", "loadbalancer", "web", "--tcp=80:80")
-	var vip, first string
-	eventually(t, "VIP answers HTTP", 2*time.Minute, 500*time.Millisecond, func() string {
-		for _, svc := range l.status().Services {
-			if svc.Service == "default/web" {
-				vip = svc.VIP
-			}
-		}
-		if vip == "" {
-			return "no VIP yet"
-		}
-		out, err := l.run(10*time.Second, "exec", "--", "curl", "-s", "--max-time", "2", "http://"+vip+"/")
-		first = strings.TrimSpace(out)
-		if err != nil || podAddr[first] == "" {
-			return fmt.Sprintf("curl %s: %q %v", vip, out, err)
+	killed := time.Now()
+	for _, pid := range strings.Fields(string(qemu)) {
+		_ = exec.Command("kill", "-9", pid).Run()
+	}
+	eventually(t, "VIP answered by a pod on another node after "+announcer+" crashed", 3*time.Minute, 200*time.Millisecond, func() string {
+		got, err := l.curl("http://" + vip + "/hostname")
+		if err != nil || podNode[got] == "" || podNode[got] == announcer {
+			return fmt.Sprintf("%q %v", got, err)
 		}
 		return ""
 	})
-
-	// Stopping the answering node's domain moves the VIP.
-	stopped := time.Now()
-	l.must(time.Minute, "node", "stop", first)
-	var second string
-	eventually(t, "VIP moves off "+first, 60*time.Second, 100*time.Millisecond, func() string {
-		out, _ := l.run(5*time.Second, "exec", "--", "curl", "-s", "--max-time", "1", "http://"+vip+"/")
-		second = strings.TrimSpace(out)
-		if podAddr[second] == "" || second == first {
-			return fmt.Sprintf("answered %q", second)
-		}
-		return ""
-	})
-	t.Logf("VIP %s failover %s -> %s: %.3fs (domain stop -> first HTTP answer from the other node)", vip, first, second, time.Since(stopped).Seconds())
-
-	// The stopped node gets the shutdown taint (once it is NotReady).
-	eventually(t, first+" gets the shutdown taint", 3*time.Minute, time.Second, func() string {
+	t.Logf("VIP %s answered from a pod off %s %.2fs after its QEMU was killed", vip, announcer, time.Since(killed).Seconds())
+	eventually(t, announcer+" gets the shutdown taint", 3*time.Minute, time.Second, func() string {
 		for _, n := range l.status().Nodes {
-			if n.Name == first {
+			if n.Name == announcer {
 				for _, taint := range n.Taints {
 					if taint == "node.cloudprovider.kubernetes.io/shutdown" {
 						return ""
@@ -238,16 +380,6 @@ func TestLab(t *testing.T) {
 			}
 		}
 		return "node gone"
-	})
-	// Deleting its domain deletes the Node.
-	l.must(time.Minute, "node", "delete", first)
-	eventually(t, first+" Node deleted", 2*time.Minute, time.Second, func() string {
-		for _, n := range l.status().Nodes {
-			if n.Name == first {
-				return "still there"
-			}
-		}
-		return ""
 	})
 
 	// down removes everything, twice.

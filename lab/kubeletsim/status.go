@@ -1,4 +1,7 @@
-package nodeagent
+// Package kubeletsim is what light mode's simulated kubelets report: the
+// Node a kubelet with --cloud-provider=external registers (uninitialized
+// taint, system UUID, no providerID), its status, and its heartbeat Lease.
+package kubeletsim
 
 import (
 	"encoding/json"
@@ -26,7 +29,7 @@ var UninitializedTaint = v1.Taint{
 // NodeLeaseNamespace holds the node heartbeat Leases.
 const NodeLeaseNamespace = "kube-node-lease"
 
-// Host describes the machine lab-node runs on, as reported in Node status.
+// Host describes a simulated node's machine, as reported in Node status.
 type Host struct {
 	// SystemUUID is the SMBIOS product UUID, lowercased (libvirt sets it to
 	// the domain UUID).
@@ -41,8 +44,8 @@ type Host struct {
 }
 
 // KubeletVersion is reported as status.nodeInfo.kubeletVersion: the
-// Kubernetes minor lab-node's client matches, marked as lab-node.
-const KubeletVersion = "v1.36.3-lab-node"
+// Kubernetes minor this client matches, marked as simulated.
+const KubeletVersion = "v1.36.3-simulated"
 
 func (h Host) nodeInfo() v1.NodeSystemInfo {
 	return v1.NodeSystemInfo{
@@ -50,7 +53,7 @@ func (h Host) nodeInfo() v1.NodeSystemInfo {
 		SystemUUID:              h.SystemUUID,
 		BootID:                  h.BootID,
 		KernelVersion:           h.KernelVersion,
-		OSImage:                 "labcloud lab-node",
+		OSImage:                 "labcloud simulated node",
 		ContainerRuntimeVersion: "none://",
 		KubeletVersion:          KubeletVersion,
 		OperatingSystem:         runtime.GOOS,
@@ -58,7 +61,7 @@ func (h Host) nodeInfo() v1.NodeSystemInfo {
 	}
 }
 
-// capacity is what the Node offers. lab-node runs no pods, so it offers
+// capacity is what the Node offers. the simulated kubelet runs no pods, so it offers
 // none: nothing is ever scheduled onto a node that cannot run it.
 func (h Host) capacity() v1.ResourceList {
 	return v1.ResourceList{
@@ -89,7 +92,7 @@ func wantLabels(nodeName string, extra map[string]string) map[string]string {
 	return out
 }
 
-// conditionSpec is one node condition lab-node reports.
+// conditionSpec is one node condition the simulated kubelet reports.
 type conditionSpec struct {
 	Type    v1.NodeConditionType
 	Status  v1.ConditionStatus
@@ -97,16 +100,16 @@ type conditionSpec struct {
 	Message string
 }
 
-// conditions are the conditions lab-node owns, in the order a kubelet
+// conditions are the conditions the simulated kubelet owns, in the order a kubelet
 // reports them. NetworkUnavailable belongs to the route controller.
 var conditions = []conditionSpec{
-	{v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "lab-node has sufficient memory available"},
-	{v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "lab-node has no disk pressure"},
-	{v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "lab-node has sufficient PID available"},
-	{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "lab-node is posting ready status"},
+	{v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "the simulated kubelet has sufficient memory available"},
+	{v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "the simulated kubelet has no disk pressure"},
+	{v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "the simulated kubelet has sufficient PID available"},
+	{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "the simulated kubelet is posting ready status"},
 }
 
-// NewNode is the Node lab-node creates: default and configured labels, the
+// NewNode is the Node the simulated kubelet creates: default and configured labels, the
 // uninitialized taint, no providerID (the cloud-controller-manager sets it)
 // and a full status, so the cloud-controller-manager sees the system UUID
 // from the first event.
@@ -167,7 +170,7 @@ type statusPatchBody struct {
 }
 
 // StatusPatch is the strategic merge patch for nodes/status that brings the
-// observed Node to what lab-node reports, or nil when nothing is due:
+// observed Node to what the simulated kubelet reports, or nil when nothing is due:
 //   - Ready is refreshed (new heartbeat) when it is older than refresh, or
 //     when it is not True/KubeletReady (say the node lifecycle controller set
 //     it Unknown);
@@ -240,7 +243,7 @@ func sameResources(have, want v1.ResourceList) bool {
 	return true
 }
 
-// LeaseDuration is the lease duration lab-node declares, as a kubelet does.
+// LeaseDuration is the lease duration the simulated kubelet declares, as a kubelet does.
 const LeaseDuration = 40 * time.Second
 
 // RenewedLease returns the Lease to write: a copy of cur (nil to create one)

@@ -1,4 +1,4 @@
-package nodeagent
+package kubeletsim
 
 import (
 	"encoding/json"
@@ -90,7 +90,7 @@ func TestStatusPatch(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	base := func() *v1.Node {
 		n := NewNode("node-1", nil, testHost, t0)
-		// Others' condition, which lab-node must leave alone.
+		// Others' condition, which the simulator must leave alone.
 		n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{
 			Type: v1.NodeNetworkUnavailable, Status: v1.ConditionFalse, Reason: "RouteCreated",
 		})
@@ -124,7 +124,7 @@ func TestStatusPatch(t *testing.T) {
 		wantPatch: true,
 		wantConds: []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure, v1.NodeReady},
 	}, {
-		name:      "none of lab-node's conditions",
+		name:      "none of the simulator's conditions",
 		mutate:    func(n *v1.Node) { n.Status.Conditions = n.Status.Conditions[len(n.Status.Conditions)-1:] },
 		now:       t0,
 		wantPatch: true,
@@ -225,15 +225,5 @@ func TestRenewedLease(t *testing.T) {
 	}
 	if cur.Spec.RenewTime != nil {
 		t.Error("RenewedLease modified its input")
-	}
-}
-
-func TestMemTotal(t *testing.T) {
-	mi := []byte("MemTotal:         161928 kB\nMemFree:          100000 kB\n")
-	if got := memTotal(mi); got != 161928<<10 {
-		t.Errorf("memTotal = %d", got)
-	}
-	if got := memTotal([]byte("nothing\n")); got != 0 {
-		t.Errorf("memTotal(nothing) = %d", got)
 	}
 }
