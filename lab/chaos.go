@@ -16,7 +16,10 @@ type ChaosOptions struct {
 	// Verbose prints every broken invariant as it appears and clears,
 	// excused or not.
 	Verbose bool
-	Out     io.Writer
+	// CheckOnly checks the invariants for Duration without injecting
+	// anything (is the lab healthy before a soak?).
+	CheckOnly bool
+	Out       io.Writer
 }
 
 // ErrViolations is returned (wrapped) by Chaos when an invariant broke.
@@ -38,8 +41,10 @@ func Chaos(ctx context.Context, st *State, opts ChaosOptions) (ChaosSummary, err
 	if err != nil {
 		return ChaosSummary{}, err
 	}
-	if err := ensureNamespace(ctx, client, ChaosNamespace); err != nil {
-		return ChaosSummary{}, err
+	if !opts.CheckOnly {
+		if err := ensureNamespace(ctx, client, ChaosNamespace); err != nil {
+			return ChaosSummary{}, err
+		}
 	}
 	lan, err := lanClientUp()
 	if err != nil {
@@ -165,6 +170,10 @@ func (r *chaosRun) showChanges(shown, now []Condition) []Condition {
 func (r *chaosRun) faultLoop(ctx context.Context, deadline time.Time, nodes []string) error {
 	if err := r.waitFirstCheck(ctx, 2*time.Minute); err != nil {
 		return err
+	}
+	if r.opts.CheckOnly {
+		sleep(ctx, time.Until(deadline))
+		return nil
 	}
 	plan := NewPlan(r.opts.Seed, nodes)
 	for time.Now().Before(deadline) && ctx.Err() == nil {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -345,6 +347,11 @@ func (o *observer) readDomains(now time.Time) (map[string]SnapDomain, bool) {
 			o.downAt[name] = now
 		}
 		d.LastDown = o.downAt[name]
+		// A guest that booted before chaos began was down just before its
+		// QEMU started.
+		if started, err := qemuStarted(name); d.Running && err == nil && started.After(d.LastDown) {
+			d.LastDown = started
+		}
 		got[name] = d
 	}
 	o.domains = got
@@ -417,4 +424,51 @@ func bridgeRoutes() ([]netroutes.Route, error) {
 		return nil, fmt.Errorf("owned routes: %w", err)
 	}
 	return routes, nil
+}
+
+// qemuStarted is when the QEMU process of a running lab guest started.
+func qemuStarted(name string) (time.Time, error) {
+	pid, err := qemuPid(name)
+	if err != nil {
+		return time.Time{}, err
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return time.Time{}, err
+	}
+	boot, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	return processStart(string(stat), string(boot))
+}
+
+// userHZ is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+// processStart reads a process's start time from its /proc/PID/stat and
+// /proc/stat (the boot time).
+func processStart(pidStat, procStat string) (time.Time, error) {
+	i := strings.LastIndexByte(pidStat, ')')
+	if i < 0 {
+		return time.Time{}, errors.New("no command in /proc/PID/stat")
+	}
+	fields := strings.Fields(pidStat[i+1:]) // from field 3, the state
+	if len(fields) < 20 {
+		return time.Time{}, errors.New("short /proc/PID/stat")
+	}
+	ticks, err := strconv.ParseInt(fields[19], 10, 64) // field 22, starttime
+	if err != nil {
+		return time.Time{}, fmt.Errorf("starttime in /proc/PID/stat: %w", err)
+	}
+	for _, line := range strings.Split(procStat, "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			btime, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("btime in /proc/stat: %w", err)
+			}
+			return time.Unix(btime, 0).Add(time.Duration(ticks) * time.Second / userHZ), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime in /proc/stat")
 }

@@ -313,7 +313,7 @@ timestamp and a summary, and removes the Services it made.`,
 				return err
 			}
 			if os.Getenv(insideEnv) == "" {
-				args := []string{"chaos", "--state-dir", *dir, "--duration", opts.Duration.String(), "--seed", fmt.Sprint(opts.Seed), fmt.Sprintf("--verbose=%t", opts.Verbose)}
+				args := []string{"chaos", "--state-dir", *dir, "--duration", opts.Duration.String(), "--seed", fmt.Sprint(opts.Seed), fmt.Sprintf("--verbose=%t", opts.Verbose), fmt.Sprintf("--check-only=%t", opts.CheckOnly)}
 				if output != "" {
 					abs, err := filepath.Abs(output)
 					if err != nil {
@@ -337,6 +337,7 @@ timestamp and a summary, and removes the Services it made.`,
 	cmd.Flags().DurationVar(&opts.Duration, "duration", opts.Duration, "how long to inject faults (the last one is still recovered from)")
 	cmd.Flags().Int64Var(&opts.Seed, "seed", opts.Seed, "seed of the fault sequence: the same seed gives the same faults in the same order")
 	cmd.Flags().BoolVar(&opts.Verbose, "verbose", opts.Verbose, "print every broken invariant as it appears and clears, excused or not")
+	cmd.Flags().BoolVar(&opts.CheckOnly, "check-only", opts.CheckOnly, "inject nothing: only check the invariants for --duration")
 	cmd.Flags().StringVar(&output, "json", output, "also write the summary as JSON to this file")
 	return cmd
 }
