@@ -20,7 +20,7 @@ import (
 // built tools and a fresh lab-node, boots them under QEMU (TCG, user-mode
 // networking that stays inside QEMU) with node files pointing at an API
 // server that does not exist, and follows the serial log: root disk, DHCP,
-// containerd, the images imported, and kubelet trying to register.
+// containerd seeded with the images, and kubelet trying to register.
 func TestBootInQEMU(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
@@ -126,8 +126,8 @@ func TestBootInQEMU(t *testing.T) {
 		{"boot init started", regexp.MustCompile(`lab-boot: \[[\d.]+\] starting`)},
 		{"root disk mounted", regexp.MustCompile(`lab-boot: \[[\d.]+\] root disk mounted`)},
 		{"DHCP lease", regexp.MustCompile(`lab-dhcp: \[([\d.]+)\] bound eth0 (10\.0\.2\.\d+)/24 router 10\.0\.2\.2`)},
+		{"containerd seeded", regexp.MustCompile(`lab-init: \[[\d.]+\] containerd root seeded`)},
 		{"containerd started", regexp.MustCompile(`lab-init: \[[\d.]+\] starting containerd`)},
-		{"images imported", regexp.MustCompile(`lab-init: \[[\d.]+\] images imported in`)},
 		{"kubelet registering", regexp.MustCompile(`kubelet: .*"Unable to register node with API server".*10\.0\.2\.2:1`)},
 	}
 	seen := map[string]time.Duration{}
@@ -166,8 +166,8 @@ func TestBootInQEMU(t *testing.T) {
 	if t.Failed() || testing.Verbose() {
 		t.Logf("serial log:\n%s", log)
 	}
-	fmt.Fprintf(os.Stderr, "boot timing: root disk %v, DHCP lease %v, containerd %v, images imported %v, kubelet registering %v\n",
+	fmt.Fprintf(os.Stderr, "boot timing: root disk %v, DHCP lease %v, containerd %v, containerd seeded %v, kubelet registering %v\n",
 		seen["root disk mounted"].Round(100*time.Millisecond), seen["DHCP lease"].Round(100*time.Millisecond),
-		seen["containerd started"].Round(100*time.Millisecond), seen["images imported"].Round(100*time.Millisecond),
+		seen["containerd started"].Round(100*time.Millisecond), seen["containerd seeded"].Round(100*time.Millisecond),
 		seen["kubelet registering"].Round(100*time.Millisecond))
 }

@@ -22,17 +22,15 @@ import (
 // guest (the host's page cache holds it once), with everything a kubeadm node
 // runs: kubelet, kube-proxy, containerd and its runc shim, runc, iptables, the
 // CNI plugins, the kernel's modules, lab-node, and the container images pods
-// need (imported into containerd at boot, so nothing is ever pulled). The
+// need (imported into a containerd root on the disk, copied at boot, so
+// nothing is ever pulled). The
 // boot initramfs mounts it under a tmpfs overlay and switches to it.
 
 // diskFormatVersion changes whenever the disk's layout changes.
-const diskFormatVersion = "labcloud-node-disk/1"
+const diskFormatVersion = "labcloud-node-disk/2"
 
 //go:embed noderoot
 var noderoot embed.FS
-
-// ImagesDir is where the disk keeps the container image archives.
-const ImagesDir = "/usr/share/labcloud/images"
 
 // DiskOptions say what goes onto the root disk.
 type DiskOptions struct {
@@ -106,7 +104,15 @@ func BuildRootDisk(ctx context.Context, opts DiskOptions) (Disk, error) {
 	if err != nil {
 		return Disk{}, err
 	}
-	if err := writeImages(filepath.Join(stage, ImagesDir), opts); err != nil {
+	images, err := os.MkdirTemp("", "labcloud-images-")
+	if err != nil {
+		return Disk{}, err
+	}
+	defer os.RemoveAll(images)
+	if err := writeImages(images, opts); err != nil {
+		return Disk{}, err
+	}
+	if err := seedContainerd(ctx, opts.Tools, images, filepath.Join(stage, SeedDir)); err != nil {
 		return Disk{}, err
 	}
 	// ld.so.cache for the copied libraries (the host's would list libraries
@@ -372,7 +378,7 @@ func stageFiles(dir string, files map[string]diskFile) (int64, error) {
 // room for metadata; mke2fs -d copies the tree without mounting anything.
 func mkfsExt4(ctx context.Context, dir, out string, content int64) error {
 	var imgs int64
-	_ = filepath.WalkDir(filepath.Join(dir, ImagesDir), func(p string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(dir, SeedDir), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				imgs += fi.Size()
