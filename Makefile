@@ -16,14 +16,16 @@ build:
 	go build -o $(BIN)/ ./cmd/libvirt-cloud-controller-manager ./cmd/labcloud
 	CGO_ENABLED=0 go build -o $(BIN)/ ./cmd/lab-node
 
-# kube-apiserver, kube-controller-manager, kubectl and etcd, built from the
-# module proxy into /var/cache/labcloud (a no-op once built).
+# The Kubernetes binaries (control plane, kubelet, kube-proxy, agnhost,
+# e2e.test), containerd and the CNI plugins, built from the module proxy into
+# /var/cache/labcloud (a no-op once built).
 tools:
 	hack/build-tools.sh
 
 # Everything: unit, privileged (netns, raw sockets) and end-to-end tests.
 # Run as root; the privileged tests and the e2e suite do not skip as root.
-test: tools
+# It installs the host packages it needs first (a no-op when present).
+test: deps tools
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) $(GOTEST) -timeout 60m ./...
 
 unit:
