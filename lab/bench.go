@@ -9,33 +9,50 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/labcloud/labcloud/lab/image"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // BenchResult is what `labcloud bench` measures on a running lab.
 type BenchResult struct {
-	UpSteps        []Step             `json:"upSteps"`
-	UpTotalSeconds float64            `json:"upTotalSeconds"`
-	Failovers      []FailoverRun      `json:"failovers"`
-	FailoverP50    float64            `json:"failoverP50Seconds"`
-	RSSMiB         map[string]float64 `json:"rssMiB"`
+	UpSteps        []Step  `json:"upSteps"`
+	UpTotalSeconds float64 `json:"upTotalSeconds"`
+	// ServiceToAnswer: Service created -> first HTTP answer from a pod
+	// through its VIP, one per run.
+	ServiceToAnswer    []float64 `json:"serviceToAnswerSeconds"`
+	ServiceToAnswerP50 float64   `json:"serviceToAnswerP50Seconds"`
+	// Failovers: the announcing node's QEMU killed -> first HTTP answer
+	// from a pod on another node (a new connection every 20 ms).
+	Failovers   []FailoverRun `json:"failovers"`
+	FailoverP50 float64       `json:"failoverP50Seconds"`
+	// RSSMiB of each daemon and guest (QEMU), and their sum.
+	RSSMiB      map[string]float64 `json:"rssMiB"`
+	LabRSSMiB   float64            `json:"labRSSMiB"`
+	GuestRSSMiB float64            `json:"guestRSSMiBEach"`
 }
 
-// FailoverRun is one domain stop → first HTTP answer from another node.
+// FailoverRun is one crash failover.
 type FailoverRun struct {
 	VIP     string  `json:"vip"`
 	From    string  `json:"from"`
-	To      string  `json:"to"`
+	To      string  `json:"to"` // the pod that answered
 	Seconds float64 `json:"seconds"`
 }
 
-// Bench measures VIP failover runs times and reads the daemons' memory.
-// It runs inside the lab's namespace.
+const benchApp = "labcloud-bench"
+
+// Bench measures Service-to-answer and crash-failover times against pods of
+// a Deployment with one agnhost netexec per node, and reads the memory of
+// every daemon and guest. It runs inside the lab's namespace.
 func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResult, error) {
 	client, err := adminClient(st.Kubeconfig)
 	if err != nil {
@@ -48,42 +65,149 @@ func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResul
 			res.UpTotalSeconds += s.Seconds
 		}
 	}
-	const name = "labcloud-bench-failover"
-	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer,
-			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(80), Protocol: v1.ProtocolTCP}}},
-	}
-	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create bench Service: %w", err)
-	}
-	defer client.CoreV1().Services("default").Delete(context.Background(), name, metav1.DeleteOptions{})
-	vip, err := waitIngress(ctx, client, name)
-	if err != nil {
+	if err := startBenchPods(ctx, client, len(st.Nodes)); err != nil {
 		return nil, err
 	}
-	for i := 0; i < runs; i++ {
-		run, err := failoverOnce(ctx, client, vip)
+	defer client.AppsV1().Deployments("default").Delete(context.Background(), benchApp, metav1.DeleteOptions{})
+
+	for i := range 2 * runs {
+		d, err := serviceToAnswer(ctx, client, fmt.Sprintf("%s-%d", benchApp, i))
+		if err != nil {
+			return res, fmt.Errorf("service run %d: %w", i+1, err)
+		}
+		fmt.Fprintf(out, "service run %d: VIP answered by a pod %.3fs after the Service was created\n", i+1, d)
+		res.ServiceToAnswer = append(res.ServiceToAnswer, d)
+	}
+	res.ServiceToAnswerP50 = p50(res.ServiceToAnswer)
+
+	svc, err := client.CoreV1().Services("default").Create(ctx, benchService(benchApp), metav1.CreateOptions{})
+	if err != nil {
+		return res, fmt.Errorf("create bench Service: %w", err)
+	}
+	defer client.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
+	vip, err := waitIngress(ctx, client, svc.Name)
+	if err != nil {
+		return res, err
+	}
+	var secs []float64
+	for i := range runs {
+		run, err := failoverOnce(ctx, client, st, vip)
 		if err != nil {
 			return res, fmt.Errorf("failover run %d: %w", i+1, err)
 		}
-		fmt.Fprintf(out, "run %d: %s moved %s -> %s in %.3fs\n", i+1, run.VIP, run.From, run.To, run.Seconds)
+		fmt.Fprintf(out, "failover run %d: %s's QEMU killed; %s answered by pod %s after %.3fs\n", i+1, run.From, run.VIP, run.To, run.Seconds)
 		res.Failovers = append(res.Failovers, run)
+		secs = append(secs, run.Seconds)
 	}
-	secs := make([]float64, len(res.Failovers))
-	for i, r := range res.Failovers {
-		secs[i] = r.Seconds
-	}
-	slices.Sort(secs)
-	if len(secs) > 0 {
-		res.FailoverP50 = secs[len(secs)/2]
-	}
+	res.FailoverP50 = p50(secs)
+
 	for name, pid := range st.Pids {
 		if rss, err := rssMiB(pid); err == nil {
 			res.RSSMiB[name] = rss
+			res.LabRSSMiB += rss
+		}
+	}
+	for _, n := range st.Nodes {
+		if pid, err := qemuPid(n); err == nil {
+			if rss, err := rssMiB(pid); err == nil {
+				res.RSSMiB["qemu "+n] = rss
+				res.LabRSSMiB += rss
+				res.GuestRSSMiB = max(res.GuestRSSMiB, rss)
+			}
 		}
 	}
 	return res, nil
+}
+
+func p50(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// startBenchPods runs agnhost netexec on every node (one pod each, spread
+// by anti-affinity) and waits until all are ready.
+func startBenchPods(ctx context.Context, client kubernetes.Interface, nodes int) error {
+	labels := map[string]string{"app": benchApp}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: benchApp, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(nodes)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: v1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To(int64(1)),
+					Affinity: &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname",
+						}},
+					}},
+					Containers: []v1.Container{{
+						Name: "netexec", Image: image.AgnhostImage, Args: []string{"netexec", "--http-port=8080"},
+						ReadinessProbe: &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{
+							HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := client.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create bench Deployment: %w", err)
+	}
+	return waitBenchPods(ctx, client, nodes)
+}
+
+func waitBenchPods(ctx context.Context, client kubernetes.Interface, nodes int) error {
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		d, err := client.AppsV1().Deployments("default").Get(ctx, benchApp, metav1.GetOptions{})
+		if err == nil && d.Status.ReadyReplicas == int32(nodes) && d.Status.UpdatedReplicas == int32(nodes) {
+			return nil
+		}
+	}
+	return fmt.Errorf("bench pods not all ready within 5 minutes")
+}
+
+func benchService(name string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": benchApp},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}},
+	}
+}
+
+// serviceToAnswer creates a Service and times its VIP's first HTTP answer
+// from a pod, then deletes the Service and waits until it is gone.
+func serviceToAnswer(ctx context.Context, client kubernetes.Interface, name string) (float64, error) {
+	start := time.Now()
+	if _, err := client.CoreV1().Services("default").Create(ctx, benchService(name), metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = client.CoreV1().Services("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return
+			}
+		}
+	}()
+	var vip string
+	for deadline := start.Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if vip == "" {
+			s, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+			if err == nil && len(s.Status.LoadBalancer.Ingress) > 0 {
+				vip = s.Status.LoadBalancer.Ingress[0].IP
+			}
+			continue
+		}
+		if strings.HasPrefix(answer(vip), benchApp) {
+			return time.Since(start).Seconds(), nil
+		}
+	}
+	return 0, fmt.Errorf("service %s (VIP %q) not answered by a pod within 2 minutes", name, vip)
 }
 
 func waitIngress(ctx context.Context, client kubernetes.Interface, name string) (string, error) {
@@ -102,9 +226,9 @@ func waitIngress(ctx context.Context, client kubernetes.Interface, name string) 
 // connection to the node that just died would stall the first probe.
 var httpClient = &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 
-// answer asks the VIP over HTTP; lab-node answers with its node name.
+// answer asks the VIP who answers: agnhost netexec's /hostname, a pod name.
 func answer(vip string) string {
-	resp, err := httpClient.Get("http://" + vip + "/")
+	resp, err := httpClient.Get("http://" + vip + "/hostname")
 	if err != nil {
 		return ""
 	}
@@ -113,44 +237,81 @@ func answer(vip string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func failoverOnce(ctx context.Context, client kubernetes.Interface, vip string) (FailoverRun, error) {
+// announcerOf is the node whose MAC the host's neighbour entry for vip names.
+func announcerOf(ctx context.Context, client kubernetes.Interface, st *State, vip string) (string, error) {
+	s, err := GetStatus(ctx, st)
+	if err != nil {
+		return "", err
+	}
+	for _, svc := range s.Services {
+		if svc.VIP == vip && svc.Node != "" {
+			return svc.Node, nil
+		}
+	}
+	return "", fmt.Errorf("no node answers for %s", vip)
+}
+
+// failoverOnce kills the QEMU of the node answering vip and times the first
+// answer from a pod elsewhere; then restarts the node and waits until it and
+// its bench pod are back, so that every run starts with every node eligible.
+func failoverOnce(ctx context.Context, client kubernetes.Interface, st *State, vip string) (FailoverRun, error) {
 	var from string
-	for deadline := time.Now().Add(60 * time.Second); from == "" && time.Now().Before(deadline); {
-		if from = answer(vip); from == "" {
-			time.Sleep(100 * time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if n, err := announcerOf(ctx, client, st, vip); err == nil && strings.HasPrefix(answer(vip), benchApp) {
+			from = n
+			break
 		}
 	}
 	if from == "" {
-		return FailoverRun{}, fmt.Errorf("VIP %s does not answer HTTP", vip)
+		return FailoverRun{}, fmt.Errorf("VIP %s not answered via a known node", vip)
 	}
-	start := time.Now()
-	if err := NodeAction(from, "stop"); err != nil {
+	onFrom := map[string]bool{}
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + benchApp})
+	if err != nil {
 		return FailoverRun{}, err
 	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == from {
+			onFrom[p.Name] = true
+		}
+	}
+	pid, err := qemuPid(from)
+	if err != nil {
+		return FailoverRun{}, err
+	}
+	start := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return FailoverRun{}, fmt.Errorf("kill QEMU of %s: %w", from, err)
+	}
 	run := FailoverRun{VIP: vip, From: from}
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if to := answer(vip); to != "" && to != from {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if to := answer(vip); strings.HasPrefix(to, benchApp) && !onFrom[to] {
 			run.To, run.Seconds = to, time.Since(start).Seconds()
 			break
 		}
 	}
+	if run.To == "" {
+		return run, fmt.Errorf("VIP %s not answered by a pod off %s within 2 minutes", vip, from)
+	}
 	restarted := time.Now()
-	if err := NodeAction(from, "start"); err != nil {
+	// libvirt may need a moment to notice the QEMU process is gone.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if err = NodeAction(from, "start"); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
 		return run, err
 	}
-	if run.To == "" {
-		return run, fmt.Errorf("VIP %s did not move off %s within 60s", vip, from)
-	}
-	// Let the restarted node come back Ready before the next run.
-	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		n, err := client.CoreV1().Nodes().Get(ctx, from, metav1.GetOptions{})
 		// Ready as reported after the restart, not the stale condition from before.
 		if err == nil && nodeIsReady(n) && !readySince(n).Before(restarted.Truncate(time.Second)) &&
-			n.Spec.ProviderID != "" && !tainted(n, "node.cloudprovider.kubernetes.io/shutdown") {
-			return run, nil
+			!tainted(n, "node.cloudprovider.kubernetes.io/shutdown") {
+			return run, waitBenchPods(ctx, client, len(st.Nodes))
 		}
 	}
-	return run, fmt.Errorf("node %s not Ready again within 3 minutes", from)
+	return run, fmt.Errorf("node %s not Ready again within 5 minutes", from)
 }
 
 func readySince(n *v1.Node) time.Time {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirt"
 
 	"github.com/labcloud/labcloud/examples"
@@ -128,6 +129,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.Out) }},
+		{"first pod Running", func() error { return firstPod(ctx, client) }},
 	}
 	for _, s := range steps {
 		if err := u.step(s.name, s.f); err != nil {
@@ -430,4 +432,40 @@ func nodeIsReady(n *v1.Node) bool {
 		}
 	}
 	return false
+}
+
+// firstPod runs one pod (agnhost pause) to Running and deletes it: the proof
+// that scheduling, the runtime, the images and CNI work on the new nodes.
+func firstPod(ctx context.Context, client kubernetes.Interface) error {
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "labcloud-first-pod-", Namespace: "default"},
+		Spec: v1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To(int64(0)),
+			Containers:                    []v1.Container{{Name: "pause", Image: image.AgnhostImage, Args: []string{"pause"}}},
+		},
+	}
+	p, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	name := p.Name
+	defer client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+	deadline := time.Now().Add(3 * time.Minute)
+	phase := p.Status.Phase
+	for {
+		if p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
+			phase = p.Status.Phase
+		}
+		if phase == v1.PodRunning {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pod %s not Running after 3 minutes (phase %s)", name, phase)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
