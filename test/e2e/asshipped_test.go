@@ -57,7 +57,7 @@ func TestCCMAsShipped(t *testing.T) {
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			return false, nil
 		}
-		return strings.Contains(c.proc.Tail(500), "successfully acquired lease kube-system/"+leaseName), nil
+		return strings.Contains(c.proc.Tail(500), "Successfully acquired lease"), nil
 	})
 	if err != nil {
 		t.Fatalf("the CCM did not become leader; log:\n%s", c.proc.Tail(30))
@@ -100,21 +100,21 @@ func TestCCMAsShipped(t *testing.T) {
 func TestCCMStandbyReplica(t *testing.T) {
 	requireEnv(t)
 	first := startCCM(t, libvirtCloudConfig())
-	waitLog(t, first, "successfully acquired lease", 60*time.Second)
+	waitLog(t, first, "Successfully acquired lease", 60*time.Second)
 	second := startCCM(t, libvirtCloudConfig())
 	if second.securePort == first.securePort {
 		t.Fatalf("both replicas on port %d", first.securePort)
 	}
-	waitLog(t, second, "attempting to acquire leader lease", 60*time.Second)
+	waitLog(t, second, "Attempting to acquire leader lease", 60*time.Second)
 	time.Sleep(3 * time.Second) // two retry periods
-	if strings.Contains(second.proc.Tail(500), "successfully acquired lease") {
+	if strings.Contains(second.proc.Tail(500), "Successfully acquired lease") {
 		t.Fatalf("the standby became leader while the leader runs; log:\n%s", second.proc.Tail(20))
 	}
 	// The leader dies without releasing its lease: the standby takes over
 	// once the lease expires (15 s as shipped).
 	first.proc.Kill()
 	start := time.Now()
-	waitLog(t, second, "successfully acquired lease", 40*time.Second)
+	waitLog(t, second, "Successfully acquired lease", 40*time.Second)
 	t.Logf("standby became leader %s after the leader was killed", time.Since(start).Round(100*time.Millisecond))
 }
 
