@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 BIN ?= bin
 GOTEST ?= go test -count=1
 
-.PHONY: all build deps tools test unit e2e lint lab down bench chaos-soak
+.PHONY: all build deps tools test unit e2e lint lab down bench chaos-soak conformance
 
 all: build
 
@@ -45,6 +45,18 @@ CHAOS_SEED ?= 42
 chaos-soak: tools
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
 		$(GOTEST) -v -timeout 60m -run '^TestChaosSoak$$' ./test/labe2e/
+
+# Kubernetes' own e2e tests of a LoadBalancer cloud (labcloud e2e's default
+# focus, README "Upstream conformance") against a fresh three-node lab, which
+# is taken down afterwards whatever the outcome. CONFORMANCE_ARGS passes
+# --focus/--skip to labcloud e2e; the JUnit report and the log land in
+# CONFORMANCE_DIR. Root.
+CONFORMANCE_DIR ?= labcloud-e2e
+CONFORMANCE_ARGS ?=
+conformance: deps tools build
+	$(BIN)/labcloud up --nodes 3
+	rc=0; $(BIN)/labcloud e2e --junit-dir $(CONFORMANCE_DIR) $(CONFORMANCE_ARGS) || rc=$$?; \
+		$(BIN)/labcloud down; exit $$rc
 
 lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"

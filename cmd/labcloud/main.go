@@ -36,7 +36,7 @@ func root() *cobra.Command {
 	dir := lab.DefaultStateDir
 	cmd := &cobra.Command{Use: "labcloud", Short: "A simulated cloud for the libvirt cloud-controller-manager", SilenceUsage: true, SilenceErrors: true}
 	cmd.PersistentFlags().StringVar(&dir, "state-dir", dir, "where the running lab keeps its files")
-	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(), benchCmd(&dir), chaosCmd(&dir), simulateCmd())
+	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(), benchCmd(&dir), chaosCmd(&dir), e2eCmd(&dir), simulateCmd())
 	return cmd
 }
 
@@ -339,5 +339,40 @@ timestamp and a summary, and removes the Services it made.`,
 	cmd.Flags().BoolVar(&opts.Verbose, "verbose", opts.Verbose, "print every broken invariant as it appears and clears, excused or not")
 	cmd.Flags().BoolVar(&opts.CheckOnly, "check-only", opts.CheckOnly, "inject nothing: only check the invariants for --duration")
 	cmd.Flags().StringVar(&output, "json", output, "also write the summary as JSON to this file")
+	return cmd
+}
+
+func e2eCmd(dir *string) *cobra.Command {
+	opts := lab.E2EOptions{Focus: lab.DefaultE2EFocus, Skip: lab.DefaultE2ESkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour}
+	cmd := &cobra.Command{
+		Use:   "e2e",
+		Short: "Run Kubernetes' own LoadBalancer e2e tests (e2e.test) against the running lab; writes JUnit",
+		Long: `e2e runs the e2e.test built with the lab's tools with the lab's admin kubeconfig,
+in a client namespace (labcloud-e2e, 10.124.0.2) joined to the lab's namespace by a veth
+pair: VIPs, NodePorts, node and pod addresses are reachable there, from an address outside
+the nodes' subnet, as the source-IP tests of externalTrafficPolicy Local require.
+It writes junit_01.xml and e2e.log into --junit-dir, prints every selected test with its
+outcome and time, and ends with "N passed, N failed, N skipped"; it exits non-zero when a
+test fails. The default focus and skip are explained in README.md.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			st, err := lab.LoadState(*dir)
+			if err != nil {
+				return err
+			}
+			if opts.ReportDir, err = filepath.Abs(opts.ReportDir); err != nil {
+				return err
+			}
+			opts.Out = cmd.OutOrStdout()
+			_, err = lab.E2E(cmd.Context(), st, opts)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&opts.Focus, "focus", opts.Focus, "regular expression of the tests to run (Ginkgo focus)")
+	cmd.Flags().StringVar(&opts.Skip, "skip", opts.Skip, "regular expression of the tests to leave out (Ginkgo skip)")
+	cmd.Flags().StringVar(&opts.ReportDir, "junit-dir", opts.ReportDir, "directory for junit_01.xml, e2e.log and the tests' output")
+	cmd.Flags().DurationVar(&opts.Timeout, "timeout", opts.Timeout, "time limit of the whole suite")
 	return cmd
 }

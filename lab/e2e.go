@@ -1,0 +1,404 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// DefaultE2EFocus selects Kubernetes' own tests of a LoadBalancer-capable
+// cloud (k8s.io/kubernetes v1.36.3 test/e2e): every [Feature:LoadBalancer]
+// test of network/loadbalancer.go, the [sig-network] Services tests of
+// network/service.go that create type=LoadBalancer Services, and the
+// cloud-provider Node test of cloud/nodes.go.
+const DefaultE2EFocus = `\[Feature:LoadBalancer\]` +
+	`|\[Feature:CloudProvider\]` +
+	`|Services should fail health check node port if there are only terminating endpoints` +
+	`|Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes` +
+	`|Services should serve endpoints on same port and different protocol for internal traffic on Type LoadBalancer`
+
+// DefaultE2ESkip drops only what cannot apply to the lab; README.md gives
+// the reason of each: the lab is IPv4-only, SCTP is not what it offers,
+// flaky tests prove nothing either way, and [Disruptive] tests reboot or
+// restart nodes and daemons over SSH, which the lab's guests do not run (the
+// cloud Node test is [Disruptive] too, and it can only delete an instance
+// through an aws or gce e2e provider: it is listed as skipped).
+const DefaultE2ESkip = `IPv6|DualStack|SCTP|\[Flaky\]|\[Disruptive\]`
+
+// E2EOptions choose what `labcloud e2e` runs and where it writes.
+type E2EOptions struct {
+	Focus, Skip string
+	// ReportDir receives junit_01.xml, e2e.log and what the tests dump.
+	ReportDir string
+	// Timeout bounds the whole suite (Ginkgo's own default is one hour).
+	Timeout time.Duration
+	Out     io.Writer
+}
+
+// The e2e client's namespace: e2e.test runs there, behind a veth pair into
+// the lab's namespace, from an address outside the nodes' /16. The
+// "ExternalTrafficPolicy: Local" tests decide that the client's source IP
+// was not preserved when the address a pod sees lies in the /16 of a node's
+// InternalIP (loadbalancer.go getSubnetPrefix); the lab's own address on the
+// bridge, 10.123.0.1, does. Nodes reach the client through their default
+// route (the lab's address on the bridge), so replies need no NAT.
+const (
+	E2ENetns      = "labcloud-e2e"
+	e2eLabVeth    = "lce2e0" // in the lab's namespace
+	e2eClientVeth = "lce2e1" // in E2ENetns
+	e2eLabAddr    = "10.124.0.1"
+	e2eClientAddr = "10.124.0.2"
+	e2ePrefix     = "/30"
+)
+
+// E2E runs the prebuilt e2e.test of the lab's tools against the running lab
+// with its admin kubeconfig, writes the JUnit report into opts.ReportDir and
+// returns the result of every selected test. It runs on the host and starts
+// e2e.test in E2ENetns, a namespace joined to the lab's, where VIPs,
+// NodePorts, pod and node addresses are reachable. The error is non-nil
+// when a test failed or the suite could not run.
+func E2E(ctx context.Context, st *State, opts E2EOptions) (res *E2EResult, err error) {
+	logger := klog.FromContext(ctx).WithValues("reportDir", opts.ReportDir)
+	if st.Light {
+		return nil, errors.New("e2e needs real nodes: the light lab has none (labcloud up without --light)")
+	}
+	bin := filepath.Join(st.Tools, "e2e.test")
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("e2e.test: %w (run make tools)", err)
+	}
+	focus, skip, err := compileFilters(opts.Focus, opts.Skip)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.ReportDir, 0o755); err != nil {
+		return nil, fmt.Errorf("report dir: %w", err)
+	}
+	junit := filepath.Join(opts.ReportDir, "junit_01.xml")
+	if err := os.Remove(junit); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove the previous report: %w", err)
+	}
+	logPath := filepath.Join(opts.ReportDir, "e2e.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("e2e log: %w", err)
+	}
+	defer logFile.Close()
+
+	labNetns := st.Netns
+	if labNetns == "" {
+		labNetns = Netns
+	}
+	cleanup, err := setupE2EClient(ctx, labNetns, E2ENetns)
+	defer func() {
+		if cerr := cleanup(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove the e2e client namespace: %w", cerr))
+		}
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("e2e client namespace: %w", err)
+	}
+
+	args := e2eArgs(st, opts)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", E2ENetns, bin}, args...)...)
+	cmd.Dir = opts.ReportDir
+	// kubectl (exec into pods) from the lab's tools; e2e.test runs it by name.
+	cmd.Env = append(os.Environ(), "PATH="+st.Tools+":"+os.Getenv("PATH"), "KUBECONFIG="+st.Kubeconfig)
+	cmd.Stdout = io.MultiWriter(opts.Out, logFile)
+	cmd.Stderr = cmd.Stdout
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // Ginkgo cleans up on SIGINT
+	cmd.WaitDelay = 2 * time.Minute
+	logger.Info("Running e2e.test", "netns", E2ENetns, "args", args)
+	fmt.Fprintf(opts.Out, "running in namespace %s (%s): %s %s\n", E2ENetns, e2eClientAddr, bin, strings.Join(args, " "))
+	start := time.Now()
+	runErr := cmd.Run()
+	wall := time.Since(start)
+
+	data, err := os.ReadFile(junit)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("e2e.test wrote no report (log in %s): %w", logPath, err), runErr)
+	}
+	res, err = ParseE2EJUnit(data, focus, skip)
+	if err != nil {
+		return nil, err
+	}
+	res.Wall = wall
+	res.Write(opts.Out)
+	switch {
+	case res.Failed > 0:
+		return res, fmt.Errorf("%d of %d tests failed (report %s, log %s)", res.Failed, res.Passed+res.Failed, junit, logPath)
+	case runErr != nil:
+		return res, fmt.Errorf("e2e.test: %w (log %s)", runErr, logPath)
+	}
+	return res, nil
+}
+
+// setupE2EClient makes clientNetns, joined to the lab's namespace labNetns by
+// a veth pair, with a default route into the lab, and lets the lab forward
+// its traffic (libvirt's routed network forwards only its own subnet). The
+// cleanup removes both, and is to be called even when setup fails.
+func setupE2EClient(ctx context.Context, labNetns, clientNetns string) (cleanup func() error, err error) {
+	forward := [][]string{
+		{"FORWARD", "-i", e2eLabVeth, "-j", "ACCEPT"},
+		{"FORWARD", "-o", e2eLabVeth, "-j", "ACCEPT"},
+	}
+	cleanup = func() error {
+		var errs []error
+		for _, rule := range forward {
+			// Delete every copy: a crashed run may have left one.
+			for run(context.Background(), "ip", append([]string{"netns", "exec", labNetns, "iptables", "-C"}, rule...)...) == nil {
+				if err := run(context.Background(), "ip", append([]string{"netns", "exec", labNetns, "iptables", "-D"}, rule...)...); err != nil {
+					errs = append(errs, err)
+					break
+				}
+			}
+		}
+		if _, err := os.Stat(filepath.Join("/run/netns", clientNetns)); err == nil {
+			// Deleting the namespace deletes the veth pair.
+			if err := run(context.Background(), "ip", "netns", "del", clientNetns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := cleanup(); err != nil { // a leftover of a crashed run
+		return cleanup, err
+	}
+	steps := [][]string{
+		{"ip", "netns", "add", clientNetns},
+		{"ip", "-n", clientNetns, "link", "set", "lo", "up"},
+		{"ip", "-n", labNetns, "link", "add", e2eLabVeth, "type", "veth", "peer", "name", e2eClientVeth, "netns", clientNetns},
+		{"ip", "-n", labNetns, "addr", "add", e2eLabAddr + e2ePrefix, "dev", e2eLabVeth},
+		{"ip", "-n", labNetns, "link", "set", e2eLabVeth, "up"},
+		{"ip", "-n", clientNetns, "addr", "add", e2eClientAddr + e2ePrefix, "dev", e2eClientVeth},
+		{"ip", "-n", clientNetns, "link", "set", e2eClientVeth, "up"},
+		{"ip", "-n", clientNetns, "route", "add", "default", "via", e2eLabAddr},
+	}
+	for _, rule := range forward {
+		steps = append(steps, append([]string{"ip", "netns", "exec", labNetns, "iptables", "-I"}, rule...))
+	}
+	for _, s := range steps {
+		if err := run(ctx, s[0], s[1:]...); err != nil {
+			return cleanup, err
+		}
+	}
+	return cleanup, nil
+}
+
+// run runs a command and returns its output in the error when it fails.
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// e2eArgs is e2e.test's command line for the lab.
+func e2eArgs(st *State, opts E2EOptions) []string {
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 3 * time.Hour
+	}
+	return []string{
+		"--kubeconfig=" + st.Kubeconfig,
+		// skeleton: a cluster the suite knows nothing special about (the
+		// default when unset, said here so the log says so).
+		"--provider=skeleton",
+		fmt.Sprintf("--num-nodes=%d", len(st.Nodes)),
+		"--report-dir=" + opts.ReportDir,
+		"--e2e-output-dir=" + opts.ReportDir,
+		"--kubectl-path=" + filepath.Join(st.Tools, "kubectl"),
+		// The lab's nodes are Debian-built guests but no SSH: no log dump.
+		"--disable-log-dump",
+		"--ginkgo.focus=" + opts.Focus,
+		"--ginkgo.skip=" + opts.Skip,
+		"--ginkgo.timeout=" + timeout.String(),
+		"--ginkgo.no-color",
+		"--ginkgo.v",
+	}
+}
+
+func compileFilters(focus, skip string) (*regexp.Regexp, *regexp.Regexp, error) {
+	f, err := regexp.Compile(focus)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--focus: %w", err)
+	}
+	var s *regexp.Regexp
+	if skip != "" {
+		if s, err = regexp.Compile(skip); err != nil {
+			return nil, nil, fmt.Errorf("--skip: %w", err)
+		}
+	}
+	return f, s, nil
+}
+
+// E2EResult is the outcome of one e2e.test run.
+type E2EResult struct {
+	Tests                   []E2ETest
+	Passed, Failed, Skipped int
+	Wall                    time.Duration
+}
+
+// E2ETest is one selected test (or a failed suite node) of a run.
+type E2ETest struct {
+	Name    string
+	Outcome string // passed, failed, skipped
+	// Reason says why a test was skipped: its own Skip message, or that
+	// the --skip pattern excluded it.
+	Reason  string
+	Seconds float64
+}
+
+// Summary is the one-line summary `labcloud e2e` ends with.
+func (r *E2EResult) Summary() string {
+	return fmt.Sprintf("%d passed, %d failed, %d skipped", r.Passed, r.Failed, r.Skipped)
+}
+
+// Write prints every selected test with its outcome and time, the slowest
+// tests and, last, the summary line.
+func (r *E2EResult) Write(w io.Writer) {
+	fmt.Fprintf(w, "\n%-8s %8s  %s\n", "RESULT", "SECONDS", "TEST")
+	for _, t := range r.Tests {
+		line := fmt.Sprintf("%-8s %8.1f  %s", t.Outcome, t.Seconds, t.Name)
+		if t.Reason != "" {
+			line += "  (" + t.Reason + ")"
+		}
+		fmt.Fprintln(w, line)
+	}
+	if slow := r.Slowest(3); len(slow) > 0 {
+		fmt.Fprintln(w, "\nslowest:")
+		for _, t := range slow {
+			fmt.Fprintf(w, "  %7.1fs  %s\n", t.Seconds, t.Name)
+		}
+	}
+	if r.Wall > 0 {
+		fmt.Fprintf(w, "wall time: %s\n", r.Wall.Round(time.Second))
+	}
+	fmt.Fprintln(w, r.Summary())
+}
+
+// Slowest returns the n longest tests that ran, longest first.
+func (r *E2EResult) Slowest(n int) []E2ETest {
+	var ran []E2ETest
+	for _, t := range r.Tests {
+		if t.Outcome != "skipped" {
+			ran = append(ran, t)
+		}
+	}
+	slices.SortStableFunc(ran, func(a, b E2ETest) int {
+		switch {
+		case a.Seconds > b.Seconds:
+			return -1
+		case a.Seconds < b.Seconds:
+			return 1
+		}
+		return 0
+	})
+	return ran[:min(n, len(ran))]
+}
+
+// The parts of Ginkgo's JUnit report (reporters.GenerateJUnitReport, as
+// e2e.test writes it into junit_01.xml) the summary needs.
+type junitSuites struct {
+	Suites []struct {
+		Cases []junitCase `xml:"testcase"`
+	} `xml:"testsuite"`
+}
+
+type junitCase struct {
+	Name    string  `xml:"name,attr"`
+	Status  string  `xml:"status,attr"`
+	Time    float64 `xml:"time,attr"`
+	Skipped *struct {
+		Message string `xml:"message,attr"`
+	} `xml:"skipped"`
+}
+
+// ParseE2EJUnit reads e2e.test's JUnit report. The report lists every spec
+// of the suite: one the filters left out is "skipped" with the bare message
+// "skipped", one that skipped itself carries "skipped - <reason>". The
+// result holds the specs the run selected (those that ran or skipped
+// themselves), the specs matching focus that only the skip pattern left
+// out (counted as skipped), and any suite node ([SynchronizedBeforeSuite],
+// [ReportAfterSuite], ...) that failed, counted as a failure.
+func ParseE2EJUnit(data []byte, focus, skip *regexp.Regexp) (*E2EResult, error) {
+	var doc junitSuites
+	if err := xml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("JUnit report: %w", err)
+	}
+	if len(doc.Suites) == 0 {
+		return nil, errors.New("JUnit report: no testsuite")
+	}
+	res := &E2EResult{}
+	for _, s := range doc.Suites {
+		for _, c := range s.Cases {
+			kind, text := splitLeafType(c.Name)
+			t := E2ETest{Name: text, Seconds: c.Time}
+			switch {
+			case c.Status == "passed":
+				if kind != "It" {
+					continue // a suite node that worked: not a test
+				}
+				t.Outcome = "passed"
+				res.Passed++
+			case c.Status == "skipped" || c.Status == "pending":
+				msg := ""
+				if c.Skipped != nil {
+					msg = c.Skipped.Message
+				}
+				reason, selfSkipped := strings.CutPrefix(msg, "skipped - ")
+				switch {
+				case kind != "It":
+					continue
+				case selfSkipped:
+					t.Reason = firstLine(reason)
+				case focus != nil && focus.MatchString(text) && skip != nil && skip.MatchString(text):
+					t.Reason = "left out by --skip"
+				default:
+					continue // not selected
+				}
+				t.Outcome = "skipped"
+				res.Skipped++
+			default: // failed, timedout, panicked, interrupted, aborted
+				t.Outcome = "failed"
+				if c.Status != "failed" {
+					t.Reason = c.Status
+				}
+				if kind != "It" {
+					t.Name = "[" + kind + "] " + text
+				}
+				res.Failed++
+			}
+			res.Tests = append(res.Tests, t)
+		}
+	}
+	slices.SortStableFunc(res.Tests, func(a, b E2ETest) int { return strings.Compare(a.Name, b.Name) })
+	return res, nil
+}
+
+// splitLeafType splits "[It] text" into "It" and "text".
+func splitLeafType(name string) (kind, text string) {
+	if rest, ok := strings.CutPrefix(name, "["); ok {
+		if k, t, ok := strings.Cut(rest, "]"); ok {
+			return k, strings.TrimSpace(t)
+		}
+	}
+	return "", name
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}

@@ -1,0 +1,245 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labcloud/labcloud/lab/controlplane"
+)
+
+// A report in the shape e2e.test writes (Ginkgo's JUnit reporter with the
+// e2e framework's options): every spec of the suite is a testcase.
+const junitFixture = `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="7" disabled="0" errors="1" failures="2" time="600">
+  <testsuite name="Kubernetes e2e suite" package="/work" tests="9" disabled="0" skipped="4" errors="1" failures="2" time="600" timestamp="2026-11-22T13:48:14">
+    <properties><property name="SuiteSucceeded" value="false"></property></properties>
+    <testcase name="[It] [sig-apps] Deployment should run the lifecycle of a Deployment [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-cloud-provider] [Feature:CloudProvider] [Disruptive] Nodes should be deleted on API server if it doesn&#39;t exist in the cloud provider" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-network] LoadBalancers ExternalTrafficPolicy: Local [Feature:LoadBalancer] [Slow] should work for type=LoadBalancer" classname="Kubernetes e2e suite" status="passed" time="95.5"></testcase>
+    <testcase name="[It] [sig-network] LoadBalancers [Feature:LoadBalancer] should be able to change the type and ports of a TCP service [Slow]" classname="Kubernetes e2e suite" status="failed" time="300.25">
+      <failure message="" type="failed">[FAILED] timed out waiting for the condition
+In [It] at: loadbalancer.go:200</failure>
+    </testcase>
+    <testcase name="[It] [sig-network] LoadBalancers [Feature:LoadBalancer] should only allow access from service loadbalancer source ranges [Slow]" classname="Kubernetes e2e suite" status="skipped" time="12">
+      <skipped message="skipped - Test requires &gt;= 2 Ready nodes, but there are only 1 nodes&#xA;more detail"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-network] LoadBalancers [Feature:LoadBalancer] should handle load balancer cleanup finalizer for service [Slow]" classname="Kubernetes e2e suite" status="timedout" time="900">
+      <failure message="" type="timedout">timed out</failure>
+    </testcase>
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="3"></testcase>
+    <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" classname="Kubernetes e2e suite" status="panicked" time="0">
+      <error message="boom" type="panicked">stack</error>
+    </testcase>
+  </testsuite>
+</testsuites>`
+
+func TestParseE2EJUnit(t *testing.T) {
+	focus := regexp.MustCompile(DefaultE2EFocus)
+	skip := regexp.MustCompile(DefaultE2ESkip)
+	res, err := ParseE2EJUnit([]byte(junitFixture), focus, skip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []E2ETest{
+		{Name: "[ReportAfterSuite] Kubernetes e2e suite report", Outcome: "failed", Reason: "panicked"},
+		{Name: "[sig-cloud-provider] [Feature:CloudProvider] [Disruptive] Nodes should be deleted on API server if it doesn't exist in the cloud provider", Outcome: "skipped", Reason: "left out by --skip"},
+		{Name: "[sig-network] LoadBalancers ExternalTrafficPolicy: Local [Feature:LoadBalancer] [Slow] should work for type=LoadBalancer", Outcome: "passed", Seconds: 95.5},
+		{Name: "[sig-network] LoadBalancers [Feature:LoadBalancer] should be able to change the type and ports of a TCP service [Slow]", Outcome: "failed", Seconds: 300.25},
+		{Name: "[sig-network] LoadBalancers [Feature:LoadBalancer] should handle load balancer cleanup finalizer for service [Slow]", Outcome: "failed", Reason: "timedout", Seconds: 900},
+		{Name: "[sig-network] LoadBalancers [Feature:LoadBalancer] should only allow access from service loadbalancer source ranges [Slow]", Outcome: "skipped", Reason: "Test requires >= 2 Ready nodes, but there are only 1 nodes", Seconds: 12},
+	}
+	if len(res.Tests) != len(want) {
+		t.Fatalf("got %d tests, want %d: %+v", len(res.Tests), len(want), res.Tests)
+	}
+	for i := range want {
+		if res.Tests[i] != want[i] {
+			t.Errorf("test %d:\n got %+v\nwant %+v", i, res.Tests[i], want[i])
+		}
+	}
+	if got, want := res.Summary(), "1 passed, 3 failed, 2 skipped"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+	slow := res.Slowest(2)
+	if len(slow) != 2 || slow[0].Seconds != 900 || slow[1].Seconds != 300.25 {
+		t.Errorf("slowest: %+v", slow)
+	}
+
+	// Without a skip pattern, a spec the focus matches but that did not
+	// run was not selected at all (another --focus).
+	res, err = ParseE2EJUnit([]byte(junitFixture), focus, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res.Summary(), "1 passed, 3 failed, 1 skipped"; got != want {
+		t.Errorf("no skip pattern: summary %q, want %q", got, want)
+	}
+}
+
+func TestParseE2EJUnitRejects(t *testing.T) {
+	for name, data := range map[string]string{
+		"not XML":    "passed",
+		"no suite":   "<testsuites></testsuites>",
+		"truncated":  junitFixture[:len(junitFixture)/2],
+		"empty file": "",
+	} {
+		if _, err := ParseE2EJUnit([]byte(data), regexp.MustCompile("x"), nil); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// The acceptance check greps the last summary line of labcloud e2e's output.
+var summaryLine = regexp.MustCompile(`^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$`)
+
+func TestE2EResultWriteEndsWithSummary(t *testing.T) {
+	res, err := ParseE2EJUnit([]byte(junitFixture), regexp.MustCompile(DefaultE2EFocus), regexp.MustCompile(DefaultE2ESkip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Wall = 21*time.Minute + 3*time.Second
+	var b bytes.Buffer
+	res.Write(&b)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if last := lines[len(lines)-1]; !summaryLine.MatchString(last) || last != res.Summary() {
+		t.Errorf("last line %q is not the summary %q", last, res.Summary())
+	}
+	for _, want := range []string{"wall time: 21m3s", "timedout", "left out by --skip", "failed      300.2  [sig-network] LoadBalancers"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestE2EArgs(t *testing.T) {
+	st := &State{Kubeconfig: "/lab/admin.kubeconfig", Tools: "/tools", Nodes: []string{"a", "b", "c"}}
+	args := e2eArgs(st, E2EOptions{Focus: "F", Skip: "S", ReportDir: "/r"})
+	for _, want := range []string{"--kubeconfig=/lab/admin.kubeconfig", "--num-nodes=3", "--report-dir=/r", "--ginkgo.focus=F", "--ginkgo.skip=S", "--ginkgo.timeout=3h0m0s", "--kubectl-path=/tools/kubectl"} {
+		if !strings.Contains(strings.Join(args, "\n")+"\n", want+"\n") {
+			t.Errorf("args lack %s: %q", want, args)
+		}
+	}
+}
+
+// TestE2EDefaultSelection asks the real e2e.test (a Ginkgo dry run, no
+// cluster) which specs the default focus and skip select, and reads its
+// real JUnit report: the 17 [Feature:LoadBalancer] tests, the 3 Services
+// tests of LoadBalancer Services, and the cloud Node test listed as left
+// out.
+func TestE2EDefaultSelection(t *testing.T) {
+	tools, err := controlplane.FindTools()
+	if err != nil {
+		t.Skipf("no tools: %v", err)
+	}
+	bin := filepath.Join(tools, "e2e.test")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no e2e.test: %v", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--ginkgo.dry-run", "--ginkgo.no-color", "--report-dir="+dir, "--kubeconfig=/nonexistent",
+		"--ginkgo.focus="+DefaultE2EFocus, "--ginkgo.skip="+DefaultE2ESkip)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("e2e.test dry run: %v\n%s", err, out[max(0, len(out)-2000):])
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "junit_01.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ParseE2EJUnit(data, regexp.MustCompile(DefaultE2EFocus), regexp.MustCompile(DefaultE2ESkip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, services := 0, 0
+	for _, tc := range res.Tests {
+		switch {
+		case tc.Outcome == "passed" && strings.Contains(tc.Name, "[Feature:LoadBalancer]"):
+			lb++
+		case tc.Outcome == "passed" && strings.HasPrefix(tc.Name, "[sig-network] Services "):
+			services++
+		case tc.Outcome == "skipped" && strings.Contains(tc.Name, "[Feature:CloudProvider]") && tc.Reason == "left out by --skip":
+		default:
+			t.Errorf("unexpected: %+v", tc)
+		}
+	}
+	if lb != 17 || services != 3 || res.Summary() != "20 passed, 0 failed, 1 skipped" {
+		t.Errorf("selected %d LoadBalancer and %d Services tests (%s), want 17 and 3: %+v", lb, services, res.Summary(), res.Tests)
+	}
+}
+
+// TestSetupE2EClient joins a client namespace to a stand-in for the lab's
+// namespace and checks that the client reaches an address on the lab's
+// side only while it is set up, and that cleanup leaves nothing behind.
+func TestSetupE2EClient(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, iptables)")
+	}
+	for _, prog := range []string{"iptables", "busybox"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Skipf("no %s (hack/install-deps.sh)", prog)
+		}
+	}
+	ctx := context.Background()
+	labNs, clientNs := fmt.Sprintf("lc-e2etest-lab-%d", os.Getpid()), fmt.Sprintf("lc-e2etest-client-%d", os.Getpid())
+	if err := run(ctx, "ip", "netns", "add", labNs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = run(context.Background(), "ip", "netns", "del", labNs) })
+	// The lab's bridge address, on a bridge without ports.
+	for _, s := range [][]string{
+		{"ip", "-n", labNs, "link", "add", "br0", "type", "bridge"},
+		{"ip", "-n", labNs, "addr", "add", Gateway + "/24", "dev", "br0"},
+		{"ip", "-n", labNs, "link", "set", "br0", "up"},
+	} {
+		if err := run(ctx, s[0], s[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ping := func() error {
+		return run(ctx, "ip", "netns", "exec", clientNs, "busybox", "ping", "-c1", "-W2", Gateway)
+	}
+	cleanup, err := setupE2EClient(ctx, labNs, clientNs)
+	if err != nil {
+		_ = cleanup()
+		t.Fatal(err)
+	}
+	if err := ping(); err != nil {
+		t.Errorf("client cannot reach the lab: %v", err)
+	}
+	rules := func() string {
+		out, _ := exec.Command("ip", "netns", "exec", labNs, "iptables", "-S", "FORWARD").CombinedOutput()
+		return string(out)
+	}
+	if !strings.Contains(rules(), "-i "+e2eLabVeth+" -j ACCEPT") {
+		t.Errorf("no forward rule for the client: %s", rules())
+	}
+	// A second setup (after a crash) starts from scratch.
+	if cleanup, err = setupE2EClient(ctx, labNs, clientNs); err != nil {
+		t.Fatalf("second setup: %v", err)
+	}
+	if err := cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", clientNs)); err == nil {
+		t.Error("client namespace left behind")
+	}
+	if r := rules(); strings.Contains(r, e2eLabVeth) {
+		t.Errorf("forward rules left behind: %s", r)
+	}
+	if out, err := exec.Command("ip", "-n", labNs, "link", "show", e2eLabVeth).CombinedOutput(); err == nil {
+		t.Errorf("veth left behind: %s", out)
+	}
+}
