@@ -28,10 +28,10 @@ func Down(dir string, out io.Writer) error {
 		removeGuests(out)
 	}
 	// The light lab's simulator, control plane and CCM first, then libvirt's daemons.
-	for _, name := range []string{"labcloud", "libvirt-cloud-controller-manager", "kube-controller-manager", "kube-apiserver", "etcd", "libvirtd", "virtlogd", "flock"} {
+	for _, name := range []string{"labcloud", "libvirt-cloud-controller-manager", "kube-controller-manager", "kube-apiserver", "etcd", "libvirtd", "virtlogd", "sleep"} {
 		key := name
 		switch name {
-		case "flock":
+		case "sleep": // the lock holder: flock --no-fork ... sleep infinity
 			key = "lock-holder"
 		case "labcloud":
 			key = SimulatorPid

@@ -128,14 +128,19 @@ func (d *Daemon) run(ctx context.Context, name string) (*controlplane.Process, e
 // HoldLock starts a process that holds LockPath for as long as it lives:
 // the lab's daemons outlive labcloud up, and so must its claim on libvirtd.
 // The caller must not hold the lock itself.
-func HoldLock(logDir string) (*controlplane.Process, error) {
-	p, err := controlplane.StartDaemon(filepath.Join(logDir, "lock-holder.log"), "flock", "--nonblock", LockPath, "sleep", "infinity")
+func HoldLock(logDir string) (*controlplane.Process, error) { return holdLock(LockPath, logDir) }
+
+// holdLock: --no-fork makes flock become the sleep, so stopping the one
+// recorded process releases the lock; a forked sleep would outlive a
+// stopped flock and hold the lock, orphaned, for ever.
+func holdLock(path, logDir string) (*controlplane.Process, error) {
+	p, err := controlplane.StartDaemon(filepath.Join(logDir, "lock-holder.log"), "flock", "--nonblock", "--no-fork", path, "sleep", "infinity")
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(100 * time.Millisecond)
 	if p.Exited() {
-		return nil, fmt.Errorf("another lab or e2e run holds %s", LockPath)
+		return nil, fmt.Errorf("another lab or e2e run holds %s", path)
 	}
 	return p, nil
 }
