@@ -125,6 +125,8 @@ func UpLight(ctx context.Context, opts Options) (*State, error) {
 		f    func() error
 	}{
 		{"control-plane tools", func() (err error) { st.Tools, err = ensureTools(ctx, u.repo(), opts.Out); return err }},
+		// No libvirtd, but the lab's namespace name is the host's one lab.
+		{"claim the host", u.claimHost},
 		{"build CCM", func() (err error) { ccmBin, _, err = ensureBinaries(ctx, u.repo()); return err }},
 		{fmt.Sprintf("test-driver fixture of %d domains", opts.Nodes), func() error {
 			for i := 1; i <= opts.Nodes; i++ {

@@ -98,21 +98,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 			}
 			return err
 		}},
-		{"claim the host's libvirtd", func() error {
-			release, err := libvirtd.Lock(ctx, func() {
-				fmt.Fprintln(opts.Out, "           waiting for an e2e run to release the host's libvirtd")
-			})
-			if err != nil {
-				return err
-			}
-			release()
-			holder, err := libvirtd.HoldLock(opts.Dir)
-			if err != nil {
-				return err
-			}
-			u.st.Pids["lock-holder"] = holder.Pid()
-			return nil
-		}},
+		{"claim the host's libvirtd", u.claimHost},
 		{"libvirtd", func() error {
 			d, err := libvirtd.StartDetached(ctx, opts.Dir)
 			if err != nil {
@@ -138,6 +124,25 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	}
 	fmt.Fprintf(opts.Out, "lab up in %.1fs\n", time.Since(u.start).Seconds())
 	return u.st, u.st.save()
+}
+
+// claimHost waits until no e2e run or other lab uses the host (its one
+// libvirtd, the lab's namespace name), then holds the host lock through a
+// process that outlives up; down stops it.
+func (u *upRun) claimHost() error {
+	release, err := libvirtd.Lock(context.Background(), func() {
+		fmt.Fprintln(u.opts.Out, "           waiting for an e2e run or another lab to release the host")
+	})
+	if err != nil {
+		return err
+	}
+	release()
+	holder, err := libvirtd.HoldLock(u.opts.Dir)
+	if err != nil {
+		return err
+	}
+	u.st.Pids["lock-holder"] = holder.Pid()
+	return nil
 }
 
 func (u *upRun) repo() string {

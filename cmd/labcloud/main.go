@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/libvirtd"
 )
 
 // insideEnv marks the copy of labcloud re-executed inside the namespace.
@@ -88,7 +89,17 @@ func upCmd(dir *string) *cobra.Command {
 					return err
 				}
 			}
-			_ = exec.Command("ip", "netns", "del", lab.Netns).Run() // a leftover of a crashed run
+			// A namespace of that name belongs to a lab that is up (it holds
+			// the host lock) or is a leftover of a crashed run: wait for the
+			// lock before removing it.
+			release, err := libvirtd.Lock(cmd.Context(), func() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "waiting for an e2e run or another lab to release the host")
+			})
+			if err != nil {
+				return err
+			}
+			_ = exec.Command("ip", "netns", "del", lab.Netns).Run()
+			release()
 			if out, err := exec.Command("ip", "netns", "add", lab.Netns).CombinedOutput(); err != nil {
 				return fmt.Errorf("ip netns add %s: %v: %s", lab.Netns, err, out)
 			}
