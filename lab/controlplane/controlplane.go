@@ -166,6 +166,13 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if err != nil {
 		return err
 	}
+	// The front proxy's identity, as kubeadm sets it up: delegated
+	// authentication (the CCM's secure port) reads this CA from the
+	// extension-apiserver-authentication ConfigMap and complains without it.
+	fpPEM, fkPEM, err := ca.issue("front-proxy-client", nil, nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
 	cp.CAData = ca.PEM
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -180,6 +187,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	files := map[string][]byte{
 		"apiserver.crt": certPEM, "apiserver.key": keyPEM, "sa.key": saPEM, "ca.crt": ca.PEM,
 		"apiserver-kubelet-client.crt": kcPEM, "apiserver-kubelet-client.key": kkPEM,
+		"front-proxy-client.crt": fpPEM, "front-proxy-client.key": fkPEM,
 		"tokens.csv": []byte(strings.Join(tokens, "\n") + "\n"),
 	}
 	for name, data := range files {
@@ -210,6 +218,13 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		"--kubelet-client-key", cp.path("apiserver-kubelet-client.key"),
 		// Node hostnames do not resolve on the host; their addresses do.
 		"--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
+		"--requestheader-client-ca-file", cp.path("ca.crt"),
+		"--requestheader-allowed-names", "front-proxy-client",
+		"--requestheader-username-headers", "X-Remote-User",
+		"--requestheader-group-headers", "X-Remote-Group",
+		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+		"--proxy-client-cert-file", cp.path("front-proxy-client.crt"),
+		"--proxy-client-key-file", cp.path("front-proxy-client.key"),
 		"--cert-dir", cp.path("certs"))
 	if err != nil {
 		return err
