@@ -3,6 +3,8 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 BIN ?= bin
 GOTEST ?= go test -count=1
+CHAOS_DURATION ?= 5m
+CHAOS_SEED ?= 42
 
 .PHONY: all build deps tools test unit e2e lint lab down bench chaos-soak conformance
 
@@ -25,8 +27,10 @@ tools:
 # Everything: unit, privileged (netns, raw sockets) and end-to-end tests.
 # Run as root; the privileged tests and the e2e suite do not skip as root.
 # It installs the host packages it needs first (a no-op when present).
+# It includes the chaos soak of CHAOS_DURATION (5 minutes, seed 42, as CI runs it).
 test: deps tools
-	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) $(GOTEST) -timeout 60m ./...
+	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
+		$(GOTEST) -timeout 60m ./...
 
 unit:
 	$(GOTEST) ./provider/... ./libvirtcloud/... ./netroutes/... ./lb/...
@@ -40,8 +44,6 @@ bench: tools
 # A chaos soak on a fresh two-node lab: CHAOS_DURATION of seeded faults
 # (seed CHAOS_SEED) with the invariants checked throughout; fails on any
 # violation. CI runs it as is (5 minutes, seed 42). Root; ~15-25 min in all.
-CHAOS_DURATION ?= 5m
-CHAOS_SEED ?= 42
 chaos-soak: tools
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
 		$(GOTEST) -v -timeout 60m -run '^TestChaosSoak$$' ./test/labe2e/
