@@ -160,6 +160,10 @@ type Announcer struct {
 	// active: this process is the host's announcer for the bridge and
 	// answers and announces; otherwise it only reads (for Probe).
 	active atomic.Bool
+	// heldMu orders flipping active with the reader's look at it; held
+	// are the requests read while inactive in the last heldFor.
+	heldMu sync.Mutex
+	held   []heldRequest
 
 	// opMu orders Set, Remove and neighbour-table writes, so the table always
 	// ends up matching the last call for each VIP.
@@ -407,13 +411,43 @@ func validVIP(vip netip.Addr) error {
 	return nil
 }
 
+// Requests read while inactive are kept this long (and at most maxHeld of
+// them) for SetActive to answer: a client's request that reached the
+// bridge while no process answered (a leader's process dying, names being
+// handed over) still gets its answer, well within the client's wait for it
+// (Linux retransmits after 1 s).
+const (
+	heldFor = time.Second
+	maxHeld = 256
+)
+
+type heldRequest struct {
+	p   *arp.Packet
+	eth *ethernet.Frame
+	at  time.Time
+}
+
 // SetActive says whether this Announcer answers and announces on the
 // bridge: only the host's one announcer may (see Role). While inactive it
 // reads the bridge (Probe works) but writes nothing; gratuitous rounds due
-// meanwhile are sent once it is active.
+// meanwhile are sent once it is active, and requests for owned VIPs read
+// in the last heldFor are answered at once, so that none goes unanswered
+// across a hand-over. Call it after setting the VIPs to answer for.
 func (a *Announcer) SetActive(on bool) {
-	if a.active.Swap(on) != on && on {
-		a.wake()
+	a.heldMu.Lock()
+	was := a.active.Swap(on)
+	held := a.held
+	a.held = nil
+	a.heldMu.Unlock()
+	if was == on || !on {
+		return
+	}
+	a.wake()
+	now := time.Now()
+	for _, h := range held {
+		if now.Sub(h.at) < heldFor {
+			a.answer(context.Background(), h.p, h.eth)
+		}
 	}
 }
 

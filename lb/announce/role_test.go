@@ -1,12 +1,18 @@
 package announce
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/mdlayher/arp"
 )
 
 // answer asks f's segment for vip and returns the answering MAC's string,
@@ -133,4 +139,111 @@ func TestRoleLeaderWaitsForStandIn(t *testing.T) {
 	if len(a.a.Answering()) != 0 {
 		t.Errorf("the stand-in kept %v", a.a.Answering())
 	}
+}
+
+// roleChildEnv names the role a child process of TestRoleKilledLeader
+// holds the names under.
+const roleChildEnv = "LABCLOUD_ROLE_CHILD_ID"
+
+// TestRoleChildLeader is the leader's process of TestRoleKilledLeader: it
+// holds "leader" and "host" as Lead does, says so, and waits to be killed.
+func TestRoleChildLeader(t *testing.T) {
+	id := os.Getenv(roleChildEnv)
+	if id == "" {
+		t.Skip("only run as TestRoleKilledLeader's child process")
+	}
+	r := NewRole(nil, id, nil)
+	if _, err := claim(r.leader, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim(r.host, nil); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("holding")
+	time.Sleep(time.Minute)
+}
+
+// TestRoleKilledLeader: the leader's process is SIGKILLed; the stand-in
+// answers within milliseconds, by watching the leader's name rather than
+// polling for it (its poll is an hour here), and a request that reached
+// the bridge while nobody answered is answered too.
+func TestRoleKilledLeader(t *testing.T) {
+	id := fmt.Sprintf("test-%d", time.Now().UnixNano())
+	f := newFixture(t, testOptions())
+	if err := f.neigh.NeighSet(f.a.neighbour(vip, node1MAC)); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestRoleChildLeader$", "-test.count=1")
+	child.Env = append(os.Environ(), roleChildEnv+"="+id)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "holding\n" {
+		t.Fatalf("child leader: %q %v", line, err)
+	}
+
+	r := NewRole(f.a, id, func(netip.Addr) bool { return true })
+	r.poll = time.Hour
+	ctx := testContext(t)
+	r.Stand(ctx)
+	f.run()
+	if got := f.answer(100 * time.Millisecond); got != "" {
+		t.Fatalf("the stand-in answered %s while the leader lives", got)
+	}
+	f.st.drain()
+
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	f.st.request(vip) // most likely before anyone answers again
+	p, _, err := f.st.read(time.Second)
+	if err != nil {
+		t.Fatalf("the request sent as the leader was killed went unanswered: %v", err)
+	}
+	if p.SenderIP != vip || !bytes.Equal(p.SenderHardwareAddr, node1MAC) {
+		t.Fatalf("answered %s is-at %s, want %s is-at %s", p.SenderIP, p.SenderHardwareAddr, vip, node1MAC)
+	}
+	took, ok := waitFor(time.Second, func() bool { return f.a.active.Load() })
+	if !ok {
+		t.Fatal("the stand-in is not answering a second after the leader was killed")
+	}
+	t.Logf("stand-in answering %v after SIGKILL (first answer after %v)", took, time.Since(killed).Round(time.Microsecond))
+	if got := f.answer(wait); got != node1MAC.String() {
+		t.Fatalf("stand-in answered %q, want the recorded %s", got, node1MAC)
+	}
+}
+
+// TestSetActiveAnswersHeldRequests: a request read while inactive is
+// answered when the Announcer becomes active soon after, and only then.
+func TestSetActiveAnswersHeldRequests(t *testing.T) {
+	f := newFixture(t, testOptions())
+	f.a.SetActive(false)
+	f.a.Adopt(map[netip.Addr]net.HardwareAddr{vip: node1MAC})
+	f.run()
+	f.st.request(vip)
+	f.st.request(otherIP) // not owned: never answered
+	f.st.quiet(100 * time.Millisecond)
+	f.a.SetActive(true)
+	p, _ := f.st.next(wait)
+	if p.Operation != arp.OperationReply || p.SenderIP != vip || !bytes.Equal(p.SenderHardwareAddr, node1MAC) ||
+		p.TargetIP != clientIP {
+		t.Fatalf("got %v %s is-at %s to %s, want a reply %s is-at %s", p.Operation, p.SenderIP, p.SenderHardwareAddr, p.TargetIP, vip, node1MAC)
+	}
+	f.st.quiet(100 * time.Millisecond)
+
+	// Going inactive forgets what was held.
+	f.a.SetActive(false)
+	f.st.request(vip)
+	f.st.quiet(100 * time.Millisecond)
+	f.a.SetActive(true)
+	f.a.SetActive(false)
+	f.st.drain()
+	f.a.SetActive(true)
+	f.st.quiet(100 * time.Millisecond)
 }

@@ -136,9 +136,35 @@ func (a *Announcer) handle(ctx context.Context, p *arp.Packet, eth *ethernet.Fra
 		return // one of our own probes
 	}
 	a.notifyProbes(p)
-	if p.Operation == arp.OperationRequest && a.active.Load() {
-		a.answer(ctx, p, eth)
+	if p.Operation != arp.OperationRequest {
+		return
 	}
+	a.heldMu.Lock()
+	if !a.active.Load() {
+		a.holdRequest(p, eth)
+		a.heldMu.Unlock()
+		return
+	}
+	a.heldMu.Unlock()
+	a.answer(ctx, p, eth)
+}
+
+// holdRequest keeps a request read while inactive, for SetActive to
+// answer if this process takes over soon after. Callers hold heldMu.
+func (a *Announcer) holdRequest(p *arp.Packet, eth *ethernet.Frame) {
+	now := time.Now()
+	n := 0
+	for _, h := range a.held {
+		if now.Sub(h.at) < heldFor {
+			a.held[n] = h
+			n++
+		}
+	}
+	a.held = a.held[:n]
+	if len(a.held) >= maxHeld {
+		a.held = a.held[1:]
+	}
+	a.held = append(a.held, heldRequest{p: p, eth: eth, at: now})
 }
 
 // answer replies to a request for an owned VIP, with the chosen MAC. Anything

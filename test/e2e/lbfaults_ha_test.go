@@ -20,6 +20,10 @@ func TestLBFaultsLeaderKilled(t *testing.T) {
 	vip, _ := waitVIP(t, "ha-web", 30*time.Second)
 	answering := waitNodeARP(t, client, vip, macs, 10*time.Second)
 	second := startCCM(t, cfg, lbControllers)
+	// The first replica is dead by the end: the Services' finalizers can
+	// only go while the second (by then the leader) still runs, and
+	// cleanups run last registered first.
+	servicesGoneAtEnd(t, "ha-")
 	time.Sleep(3 * time.Second) // the second replica is up and standing by
 
 	capture := client.capture(t)
