@@ -253,6 +253,15 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 	}
 	p.passMu.Lock()
 	defer p.passMu.Unlock()
+	// The service controller calls in once its own informers have synced,
+	// not placement's (EndpointSlices are placement's alone): a pass over
+	// a partial cache would withdraw or move VIPs that nothing changed, on
+	// every new leader. run passes once they have synced.
+	for _, synced := range p.synced {
+		if !synced() {
+			return
+		}
+	}
 	log := klog.FromContext(ctx)
 	snap := p.snapshot(ctx)
 	vips := p.alloc.VIPs()

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
@@ -150,4 +151,40 @@ func TestPausedDomainKeepsItsVIPs(t *testing.T) {
 	f.hv.setState(other.name, libvirtcloud.StateRunning)
 	f.hv.setState(first.name, libvirtcloud.StateShutOff)
 	f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+}
+
+// TestPlacementWaitsForItsInformers: a pass asked for before placement's
+// informers have synced (a new leader's service controller syncs once its
+// own have) changes nothing: a partial cache would withdraw VIPs.
+func TestPlacementWaitsForItsInformers(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.20") // no loop: passes by hand
+	p := f.lb.place
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	if err := p.watch(factory, f.rec); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(f.ctx.Done())
+	factory.WaitForCacheSync(f.ctx.Done())
+	vip := netip.MustParseAddr("10.0.0.10")
+	if err := f.lb.alloc.Assign("default/svc", vip, lb.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	p.pass(f.ctx, nil)
+	before := f.ann.answering(vip)
+	if before == nil {
+		t.Fatalf("%s not placed", vip)
+	}
+	synced := false
+	p.synced = append(p.synced, func() bool { return synced })
+	// A change a pass acts on: the VIP is no longer held.
+	f.lb.alloc.Release("default/svc")
+	p.pass(f.ctx, nil)
+	if got := f.ann.answering(vip); got.String() != before.String() || f.ann.removed(vip) {
+		t.Fatalf("before the informers synced %s went from %s to %v (removed: %v)", vip, before, got, f.ann.removed(vip))
+	}
+	synced = true
+	p.pass(f.ctx, nil)
+	if !f.ann.removed(vip) {
+		t.Fatalf("once synced, the released %s is still answered by %v", vip, f.ann.answering(vip))
+	}
 }
