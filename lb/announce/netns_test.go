@@ -219,6 +219,13 @@ func newLab(tb testing.TB, opts Options) *lab {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The bridge is up as soon as one port forwards, but a port starts to
+	// forward only once the kernel's link watch has seen its carrier (which
+	// lags under load): until then the bridge drops what the peer sends.
+	// Wait until each peer's frames reach the host.
+	for _, p := range append(l.nodes[:], l.client, l.rogue) {
+		l.waitBridged(p, deadline)
+	}
 
 	// The announcer's raw socket is opened inside the host namespace.
 	l.check(inNS(l.host.ns, func() error {
@@ -251,6 +258,33 @@ func newLab(tb testing.TB, opts Options) *lab {
 	<-l.a.started
 	tb.Logf("lab up in %v", time.Since(start).Round(time.Millisecond))
 	return l
+}
+
+// waitBridged returns once the host answers an ARP request from p for the
+// bridge's address, i.e. p's port forwards; it fails the test at deadline.
+func (l *lab) waitBridged(p labPeer, deadline time.Time) {
+	l.tb.Helper()
+	c := l.arpClient(p)
+	defer c.Close()
+	bridgeIP := netip.MustParseAddr("10.77.0.1")
+	for {
+		if err := c.Request(bridgeIP); err != nil {
+			l.tb.Fatalf("ARP request from %s: %v", p.ip, err)
+		}
+		l.check(c.SetReadDeadline(time.Now().Add(20*time.Millisecond)), "read deadline")
+		for {
+			r, _, err := c.Read()
+			if err != nil {
+				break
+			}
+			if r.Operation == arp.OperationReply && r.SenderIP == bridgeIP {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			l.tb.Fatalf("the bridge does not carry %s's frames", p.ip)
+		}
+	}
 }
 
 func testContext(tb testing.TB) context.Context {
@@ -511,6 +545,10 @@ func TestNetnsMoveToNode2(t *testing.T) {
 	n, _ := neighbour(t, l.client, "eth0", labVIP)
 	t.Logf("client entry before the move: %s state %#x", n.HardwareAddr, n.State)
 
+	// Node1's burst must be over, or its rounds would count as the move's.
+	if _, ok := waitFor(3*time.Second, func() bool { return l.a.Stats().Gratuitous >= 6 }); !ok {
+		t.Fatalf("node1's burst: %d frames", l.a.Stats().Gratuitous)
+	}
 	sniff := l.sniff(l.client)
 	sent := l.a.Stats().Gratuitous
 	start := time.Now()

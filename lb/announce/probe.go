@@ -34,10 +34,16 @@ func (a *Announcer) Probe(ctx context.Context, vip netip.Addr) (owner net.Hardwa
 	defer timeout.Stop()
 	select {
 	case <-a.started:
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
-	case <-timeout.C:
-		return nil, false, fmt.Errorf("probing %s: %w", vip, ErrNotRunning)
+	default:
+		// Wait a little for Run. Checked first: a caller descheduled past
+		// the timeout must not see a running Announcer as not running.
+		select {
+		case <-a.started:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-timeout.C:
+			return nil, false, fmt.Errorf("probing %s: %w", vip, ErrNotRunning)
+		}
 	}
 
 	w := &prober{owner: make(chan net.HardwareAddr, 1)}
@@ -74,6 +80,11 @@ func (a *Announcer) Probe(ctx context.Context, vip netip.Addr) (owner net.Hardwa
 				return nil, false, fmt.Errorf("probing %s: %w", vip, err)
 			}
 		case <-timeout.C:
+			select {
+			case mac := <-w.owner:
+				return mac, true, nil // a claim read just as time ran out
+			default:
+			}
 			return nil, false, nil
 		case <-a.readerDone:
 			return nil, false, fmt.Errorf("probing %s: %w", vip, ErrNotRunning)
