@@ -330,8 +330,9 @@ type junitCase struct {
 // of the suite: one the filters left out is "skipped" with the bare message
 // "skipped", one that skipped itself carries "skipped - <reason>". The
 // result holds the specs the run selected (those that ran or skipped
-// themselves), the specs matching focus that only the skip pattern left
-// out (counted as skipped), and any suite node ([SynchronizedBeforeSuite],
+// themselves, and those it never reached because the suite was interrupted
+// or aborted), the specs matching focus that only the skip pattern left
+// out (all counted as skipped), and any suite node ([SynchronizedBeforeSuite],
 // [ReportAfterSuite], ...) that failed, counted as a failure.
 func ParseE2EJUnit(data []byte, focus, skip *regexp.Regexp) (*E2EResult, error) {
 	var doc junitSuites
@@ -364,10 +365,12 @@ func ParseE2EJUnit(data []byte, focus, skip *regexp.Regexp) (*E2EResult, error) 
 					continue
 				case selfSkipped:
 					t.Reason = firstLine(reason)
-				case focus != nil && focus.MatchString(text) && skip != nil && skip.MatchString(text):
-					t.Reason = "left out by --skip"
-				default:
+				case focus == nil || !focus.MatchString(text):
 					continue // not selected
+				case skip != nil && skip.MatchString(text):
+					t.Reason = "left out by --skip"
+				default: // selected, but the suite ended first
+					t.Reason = "not run: the suite was interrupted or aborted"
 				}
 				t.Outcome = "skipped"
 				res.Skipped++
