@@ -633,7 +633,11 @@ func TestNetnsAnswersOnlyOwnedVIPs(t *testing.T) {
 }
 
 func TestNetnsProbe(t *testing.T) {
-	l := newLab(t, labOptions())
+	// A rogue's reply may take longer than the 150 ms the other tests use
+	// on a loaded host; what is checked here is the answer, not its speed.
+	opts := labOptions()
+	opts.ProbeTimeout = time.Second
+	l := newLab(t, opts)
 	ctx := context.Background()
 
 	owner, taken, err := l.a.Probe(ctx, labRogueIP)
@@ -676,8 +680,9 @@ func TestNetnsProbe(t *testing.T) {
 			t.Errorf("concurrent Probe %d: taken", i+1)
 		}
 	}
-	if d := time.Since(start); d > 3*l.a.opts.ProbeTimeout {
-		t.Errorf("16 concurrent probes took %v", d)
+	// Concurrent, not one after another (which would take 16 timeouts).
+	if d := time.Since(start); d > 8*l.a.opts.ProbeTimeout {
+		t.Errorf("16 concurrent probes took %v: serialized?", d)
 	}
 }
 
