@@ -13,9 +13,16 @@ all: build
 deps:
 	hack/install-deps.sh
 
+# The version (hack/version.sh: git describe) is stamped into both binaries;
+# the CCM's also into component-base, which /version, the user agent and
+# kubernetes_build_info report. Tests and the lab build through this target.
+VERSION ?= $(shell hack/version.sh)
+LDFLAGS := -X github.com/labcloud/labcloud/version.stamped=$(VERSION) -X k8s.io/component-base/version.gitVersion=$(VERSION) \
+	-X k8s.io/component-base/version.gitCommit=$(shell git rev-parse HEAD 2>/dev/null)
+
 build:
 	mkdir -p $(BIN)
-	go build -o $(BIN)/ ./cmd/libvirt-cloud-controller-manager ./cmd/labcloud
+	go build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/libvirt-cloud-controller-manager ./cmd/labcloud
 	CGO_ENABLED=0 go build -o $(BIN)/ ./cmd/lab-node
 
 # The Kubernetes binaries (control plane, kubelet, kube-proxy, agnhost,

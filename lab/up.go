@@ -190,16 +190,13 @@ func ensureBinaries(ctx context.Context, repo string) (ccm, labNode string, err 
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return "", "", err
 	}
-	ccm, labNode = filepath.Join(bin, "libvirt-cloud-controller-manager"), filepath.Join(bin, "lab-node")
-	build := exec.CommandContext(ctx, "go", "build", "-o", ccm, "./cmd/libvirt-cloud-controller-manager")
+	// make build stamps the version, as for every binary users run.
+	build := exec.CommandContext(ctx, "make", "-s", "build", "BIN="+bin)
 	build.Dir = repo
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("build CCM: %w: %s", err, out)
+		return "", "", fmt.Errorf("make build: %w: %s", err, out)
 	}
-	if err := image.BuildLabNode(ctx, repo, labNode); err != nil {
-		return "", "", err
-	}
-	return ccm, labNode, nil
+	return filepath.Join(bin, "libvirt-cloud-controller-manager"), filepath.Join(bin, "lab-node"), nil
 }
 
 func isFile(p string) bool {

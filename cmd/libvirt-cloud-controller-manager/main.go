@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/provider"
+	"github.com/labcloud/labcloud/version"
 )
 
 func main() {
@@ -51,6 +54,13 @@ func main() {
 	// the cluster, so a bad file fails fast with a message naming the field.
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
+		// --version names this binary (upstream's prints "Kubernetes");
+		// --version=raw stays upstream's.
+		if f := c.Flags().Lookup("version"); f != nil && f.Value.String() == "true" {
+			fmt.Fprintf(c.OutOrStdout(), "libvirt-cloud-controller-manager %s (k8s.io/cloud-provider %s, %s)\n",
+				version.Get(), moduleVersion("k8s.io/cloud-provider"), runtime.Version())
+			return nil
+		}
 		cp := opts.KubeCloudShared.CloudProvider
 		if cp.Name != provider.ProviderName {
 			return fmt.Errorf("--cloud-provider=%q: this binary only provides %q", cp.Name, provider.ProviderName)
@@ -87,4 +97,17 @@ func setDefaults(o *options.CloudControllerManagerOptions) {
 	// upstream retry waits 50-100 ms before trying again, which is most of
 	// a Node's initialization time; the informer catches up within a few ms.
 	nodecontroller.UpdateNodeSpecBackoff = wait.Backoff{Steps: 100, Duration: 2 * time.Millisecond, Jitter: 1.0}
+}
+
+// moduleVersion is the version of a dependency compiled in, from the
+// binary's build information.
+func moduleVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == path {
+				return m.Version
+			}
+		}
+	}
+	return "unknown"
 }

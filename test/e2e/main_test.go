@@ -133,10 +133,10 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 	env.repo = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 
 	env.ccmBin = filepath.Join(dir, "libvirt-cloud-controller-manager")
-	build := exec.Command("go", "build", "-o", env.ccmBin, "./cmd/libvirt-cloud-controller-manager")
+	build := exec.Command("make", "-s", "build", "BIN="+dir)
 	build.Dir = env.repo
 	if out, err := build.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("build CCM: %v: %s", err, out)
+		return 0, fmt.Errorf("make build: %v: %s", err, out)
 	}
 
 	release, err := libvirtd.Lock(ctx, func() {

@@ -89,13 +89,10 @@ func newLabcloud(t *testing.T) *labcloud {
 		t.Skip("the lab test needs root (network namespace, libvirtd, QEMU); run `sudo make test`")
 	}
 	bin := t.TempDir()
-	for pkg, cgo := range map[string]string{"./cmd/labcloud": "1", "./cmd/libvirt-cloud-controller-manager": "1", "./cmd/lab-node": "0"} {
-		cmd := exec.Command("go", "build", "-o", bin+"/", pkg)
-		cmd.Dir = repoRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
+	cmd := exec.Command("make", "-s", "build", "BIN="+bin)
+	cmd.Dir = repoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
 	}
 	l := &labcloud{t: t, bin: filepath.Join(bin, "labcloud"), dir: filepath.Join(t.TempDir(), "lab")}
 	t.Cleanup(func() {
