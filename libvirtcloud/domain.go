@@ -79,9 +79,10 @@ type Domain struct {
 	Interfaces []Interface
 	// InstanceType is the override from the domain's metadata, if any.
 	InstanceType string
-	// LastDown is when this process last saw the domain go down (or first
-	// saw it down); zero if it has been running all along. A Node report
-	// older than this predates the guest's current boot.
+	// LastDown is when this process last saw the domain go down (shut off
+	// or crashed; or first saw it down); zero if it has been up all along.
+	// A Node report older than this predates the guest's current boot. A
+	// pause is not down: the guest resumes where it was.
 	LastDown time.Time
 }
 
@@ -89,7 +90,7 @@ type Domain struct {
 // previous snapshot of the same domain (had: there was one).
 func (d *Domain) carryOver(prev Domain, had bool, now time.Time) {
 	d.LastDown = prev.LastDown
-	if d.State != StateRunning && (!had || prev.State == StateRunning) {
+	if d.State.Down() && (!had || !prev.State.Down()) {
 		d.LastDown = now
 	}
 }

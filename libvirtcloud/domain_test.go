@@ -21,6 +21,8 @@ func TestCarryOverLastDown(t *testing.T) {
 		{"stays down keeps the time it went down", Domain{State: StateShutOff, LastDown: earlier}, true, StateShutOff, earlier},
 		{"comes back up remembers", Domain{State: StateShutOff, LastDown: earlier}, true, StateRunning, earlier},
 		{"running all along", Domain{State: StateRunning}, true, StateRunning, time.Time{}},
+		{"a pause is not down", Domain{State: StateRunning}, true, StatePaused, time.Time{}},
+		{"shut off after a pause", Domain{State: StatePaused}, true, StateShutOff, now},
 	} {
 		d := Domain{State: tt.state}
 		d.carryOver(tt.prev, tt.had, now)

@@ -202,6 +202,10 @@ func (h *fakeHypervisor) setState(name string, st libvirtcloud.State) {
 	defer h.mu.Unlock()
 	for u, d := range h.doms {
 		if d.Name == name {
+			// As the cache does: LastDown is when it was seen going down.
+			if st.Down() && !d.State.Down() {
+				d.LastDown = time.Now()
+			}
 			d.State = st
 			h.doms[u] = d
 			for _, ch := range h.subs {

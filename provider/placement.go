@@ -59,7 +59,16 @@ type nodeFacts struct {
 	state libvirtcloud.State
 	mac   net.HardwareAddr // the domain's NIC on the bridge; nil if none
 	fresh bool             // from a hypervisor that answered in this pass
+	// lastDown is when the domain cache saw the domain go down (host
+	// clock). The cache runs from process start, so it also covers what
+	// happened while this replica waited for the leader lease.
+	lastDown time.Time
 }
+
+// heartbeatSkew is how far a guest's clock may be ahead of the host's: a
+// Node report that predates this process's watch counts from its own
+// heartbeat time less this.
+const heartbeatSkew = 2 * time.Second
 
 type placement struct {
 	bridge    string
@@ -83,11 +92,11 @@ type placement struct {
 	known map[string]nodeFacts
 
 	mu sync.Mutex
-	// downAt is when this process saw a domain down (shut off, crashed),
-	// and reportAt when it saw a Node's Ready condition change, both by
-	// the host's clock: a node whose domain went down since its last
-	// report is still booting, whatever its stale Ready says.
-	downAt   map[string]time.Time // by domain UUID
+	// reportAt is when this process saw a Node's Ready report change, by
+	// the host's clock: a node whose domain went down (nodeFacts.lastDown)
+	// since its last report is still booting, whatever its stale Ready
+	// says. A report from before the watch began counts from its own
+	// heartbeat less heartbeatSkew.
 	reportAt map[string]time.Time // by Node name
 }
 
@@ -100,7 +109,6 @@ func newPlacement(bridge string, hvs []Hypervisor, in *instances, alloc *lb.Allo
 		ann:       ann,
 		kick:      make(chan struct{}, 1),
 		known:     map[string]nodeFacts{},
-		downAt:    map[string]time.Time{},
 		reportAt:  map[string]time.Time{},
 	}
 }
@@ -112,7 +120,18 @@ func (p *placement) watch(factory informers.SharedInformerFactory, recorder reco
 	p.synced = []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
 	p.recorder = recorder
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { p.poke() },
+		AddFunc: func(o any) {
+			if n, ok := o.(*v1.Node); ok {
+				p.mu.Lock()
+				if _, seen := p.reportAt[n.Name]; !seen {
+					if hb := readyHeartbeat(n); !hb.IsZero() {
+						p.reportAt[n.Name] = hb.Add(-heartbeatSkew)
+					}
+				}
+				p.mu.Unlock()
+			}
+			p.poke()
+		},
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*v1.Node)
 			nn, ok2 := n.(*v1.Node)
@@ -134,6 +153,16 @@ func (p *placement) watch(factory informers.SharedInformerFactory, recorder reco
 	}
 	_, err := sliceInf.Informer().AddEventHandler(kick)
 	return err
+}
+
+// readyHeartbeat is the Ready condition's heartbeat (the kubelet's clock).
+func readyHeartbeat(n *v1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // readyReport identifies the Node's last Ready report (status and
@@ -171,12 +200,9 @@ func (p *placement) run(ctx context.Context) {
 				select {
 				case <-ctx.Done():
 					return
-				case ev, ok := <-ch:
+				case _, ok := <-ch:
 					if !ok {
 						return
-					}
-					if ev.Domain.State.Down() || ev.Removed {
-						p.sawDown(ev.Domain.UUID)
 					}
 					p.poke()
 				}
@@ -226,12 +252,6 @@ func (p *placement) watchConnections(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-func (p *placement) sawDown(uuid string) {
-	p.mu.Lock()
-	p.downAt[uuid] = time.Now()
-	p.mu.Unlock()
 }
 
 // sync runs a pass now, for a call of the service controller; svc is that
@@ -349,15 +369,8 @@ func (p *placement) snapshot(ctx context.Context) snapshot {
 		d, _, err := p.instances.find(ctx, n)
 		switch {
 		case err == nil:
-			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true}
+			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true, lastDown: d.LastDown}
 			p.known[n.Name] = f
-			if d.State.Down() {
-				p.mu.Lock()
-				if _, ok := p.downAt[d.UUID]; !ok {
-					p.downAt[d.UUID] = time.Now()
-				}
-				p.mu.Unlock()
-			}
 		case errors.Is(err, libvirtcloud.ErrNotFound):
 			delete(p.known, n.Name)
 		default:
@@ -396,16 +409,18 @@ func (s snapshot) nodeWithMAC(mac net.HardwareAddr) string {
 
 // eligible: the domain runs (a paused one counts: it resumes with its
 // network as it was, and a long pause makes the Node NotReady anyway), has
-// a NIC on the bridge, and the Node has reported since this process last
-// saw the domain down (until then its Ready is the one from before).
+// a NIC on the bridge, and the Node has reported since the domain was last
+// seen down (until then its Ready is the one from before).
 func (p *placement) eligible(name string, f nodeFacts) bool {
 	if f.mac == nil || (f.state != libvirtcloud.StateRunning && f.state != libvirtcloud.StatePaused) {
 		return false
 	}
+	if f.lastDown.IsZero() {
+		return true
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	down, wasDown := p.downAt[f.uuid]
-	return !wasDown || p.reportAt[name].After(down)
+	return p.reportAt[name].After(f.lastDown)
 }
 
 func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {

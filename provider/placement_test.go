@@ -188,3 +188,38 @@ func TestPlacementWaitsForItsInformers(t *testing.T) {
 		t.Fatalf("once synced, the released %s is still answered by %v", vip, f.ann.answering(vip))
 	}
 }
+
+// TestRestartBeforeLeadingWaitsForReport: a domain that went down and came
+// back while this process was not yet placing VIPs (a new leader waits for
+// the lease while the cache already sees events) does not answer until its
+// Node reports again: its Ready is still the one from before the restart.
+func TestRestartBeforeLeadingWaitsForReport(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.15")
+	restarted := testNodes[0]
+	f.hv.setState(restarted.name, libvirtcloud.StateShutOff)
+	f.hv.setState(restarted.name, libvirtcloud.StateRunning)
+	f.start()
+	var vips []netip.Addr
+	for i := range 6 {
+		vips = append(vips, f.mustEnsure(lbService(fmt.Sprintf("web-%d", i))))
+	}
+	for _, vip := range vips {
+		if got := f.ann.answering(vip); got.String() == restarted.mac.String() {
+			t.Errorf("%s handed to %s, whose domain restarted and whose Node has not reported since", vip, restarted.name)
+		}
+	}
+	// Its kubelet reports: the VIPs rendezvous gives it go there.
+	n := restarted.object()
+	n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now())
+	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("a VIP on "+restarted.name, func() bool {
+		for _, vip := range vips {
+			if f.ann.answering(vip).String() == restarted.mac.String() {
+				return true
+			}
+		}
+		return false
+	})
+}
