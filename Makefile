@@ -6,7 +6,7 @@ GOTEST ?= go test -count=1
 CHAOS_DURATION ?= 5m
 CHAOS_SEED ?= 42
 
-.PHONY: all build deps tools test unit e2e lint lab down bench chaos-soak conformance
+.PHONY: all build deb deps tools test unit e2e lint lab down bench chaos-soak conformance
 
 all: build
 
@@ -24,6 +24,21 @@ build:
 	mkdir -p $(BIN)
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/libvirt-cloud-controller-manager ./cmd/labcloud
 	CGO_ENABLED=0 go build -o $(BIN)/ ./cmd/lab-node
+
+# The Debian package of the CCM (packaging/nfpm.yaml) into DIST, built with
+# nfpm as a library (hack/pkgtools, its own module, nfpm pinned there) from
+# the binary `make build` stamped, stripped as Debian's dh_strip would (its
+# debug information is 30 MB; Go's stack traces and `go version -m` do not
+# need it). The package's version is VERSION in Debian's order:
+# v0.1.0-12-gabc1234[-dirty] -> 0.1.0+12.gabc1234[.dirty], v0.2.0-rc.1 -> 0.2.0~rc.1.
+DIST ?= dist
+DEB_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v//; s/-([0-9]+)-g([0-9a-f]+)/+\1.g\2/; s/-dirty$$/.dirty/; s/-/~/g')
+deb: build
+	mkdir -p $(BIN)/deb
+	strip -o $(BIN)/deb/libvirt-cloud-controller-manager $(BIN)/libvirt-cloud-controller-manager
+	go -C hack/pkgtools build -o $(abspath $(BIN))/nfpm-deb .
+	DEB_VERSION='$(DEB_VERSION)' CCM_BIN='$(abspath $(BIN))/deb/libvirt-cloud-controller-manager' \
+		$(BIN)/nfpm-deb -f packaging/nfpm.yaml -t $(DIST)
 
 # The Kubernetes binaries (control plane, kubelet, kube-proxy, agnhost,
 # e2e.test), containerd and the CNI plugins, built from the module proxy into

@@ -20,7 +20,7 @@ const (
 // files[path], so that a lab or a test runs the CCM as shipped with files
 // of its own. A path of the unit missing from files is an error.
 func CCMArgs(files map[string]string) ([]string, error) {
-	words, err := execStart(Unit)
+	words, err := ExecStart(Unit)
 	if err != nil {
 		return nil, err
 	}
@@ -39,10 +39,11 @@ func CCMArgs(files map[string]string) ([]string, error) {
 	return args, nil
 }
 
-// execStart reads the ExecStart line of a systemd unit, joining lines
-// continued with a backslash, and splits it into words. The unit quotes
-// nothing, and this parser refuses quotes rather than misread them.
-func execStart(unit []byte) ([]string, error) {
+// ExecStart reads the ExecStart line of a systemd unit, joining lines
+// continued with a backslash, and splits it into words: the binary, then its
+// arguments. The unit quotes nothing, and this parser refuses quotes rather
+// than misread them. Tests read the unit a package installed with it.
+func ExecStart(unit []byte) ([]string, error) {
 	var line strings.Builder
 	found := false
 	sc := bufio.NewScanner(bytes.NewReader(unit))

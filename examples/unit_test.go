@@ -51,7 +51,7 @@ func TestExecStart(t *testing.T) {
 		{"ExecStart=/bin/x '--a b'\n", nil, "quoting"},
 		{"ExecStart=/bin/x\n", nil, "no arguments"},
 	} {
-		got, err := execStart([]byte(tt.unit))
+		got, err := ExecStart([]byte(tt.unit))
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%q: err = %v, want %q", tt.unit, err, tt.err)

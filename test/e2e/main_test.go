@@ -169,10 +169,16 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 		}
 	}()
 
+	cpDir := filepath.Join(dir, "controlplane")
 	env.cp, err = controlplane.Start(ctx, controlplane.Options{
 		Tools:       tools,
-		Dir:         filepath.Join(dir, "controlplane"),
+		Dir:         cpDir,
 		ClusterCIDR: "10.244.0.0/16",
+		// kube-controller-manager signs the tokens of ServiceAccount token
+		// Secrets with the API server's service-account key (written there
+		// before it starts), as kubeadm sets it up: the package's
+		// README.Debian gives the CCM such a token (TestDebPackage).
+		ControllerManagerArgs: []string{"--service-account-private-key-file", filepath.Join(cpDir, "sa.key")},
 	})
 	if err != nil {
 		return 0, err

@@ -1,0 +1,376 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/labcloud/labcloud/examples"
+	"github.com/labcloud/labcloud/lab/controlplane"
+)
+
+const debPackage = "libvirt-cloud-controller-manager"
+
+// The Debian package as users get it: `make deb`, installed by dpkg into an
+// empty root, the kubeconfig made by the commands of its README.Debian, the
+// installed cloud config edited for this suite's network, and the installed
+// unit's ExecStart run as it stands (its /etc/libvirt-cloud-controller-manager
+// is the installed one, bind-mounted in a private mount namespace). The CCM
+// must serve /healthz on the unit's port, become leader and initialize a Node.
+func TestDebPackage(t *testing.T) {
+	requireEnv(t)
+	tmp := t.TempDir()
+	deb := makeDeb(t, tmp)
+	checkDebArchive(t, deb)
+	root := filepath.Join(tmp, "root")
+	dpkgInstall(t, root, deb)
+
+	// The installed binary is the version-stamped one.
+	want, err := exec.Command(filepath.Join(env.repo, "hack", "version.sh")).Output()
+	if err != nil {
+		t.Fatalf("hack/version.sh: %v", err)
+	}
+	out, err := exec.Command(filepath.Join(root, "usr/bin", debPackage), "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), strings.TrimSpace(string(want))) {
+		t.Errorf("installed binary --version: %q, %v; want it to name %s", out, err, want)
+	}
+
+	unit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system", debPackage+".service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	words, err := examples.ExecStart(unit)
+	if err != nil {
+		t.Fatalf("the installed unit: %v", err)
+	}
+	if words[0] != "/usr/bin/"+debPackage {
+		t.Fatalf("the installed unit runs %s, not the packaged /usr/bin/%s", words[0], debPackage)
+	}
+	editCloudConfig(t, filepath.Join(root, examples.UnitCloudConfig))
+	kubeconfigAsREADME(t, root)
+
+	// The unit's port and leader lease are this CCM's alone.
+	env.ccmMu.Lock()
+	for _, o := range env.ccms {
+		if !o.proc.Exited() {
+			env.ccmMu.Unlock()
+			t.Fatal("another CCM of the suite runs: the unit's CCM needs port 10258 and the leader lease")
+		}
+	}
+	env.ccmMu.Unlock()
+	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", defaultSecurePort)); err != nil {
+		t.Fatalf("port %d is taken: %v", defaultSecurePort, err)
+	} else {
+		l.Close()
+	}
+
+	argv := append([]string{filepath.Join(root, words[0])}, words[1:]...)
+	started := time.Now()
+	p, err := controlplane.StartProcess(context.Background(), filepath.Join(tmp, "ccm.log"), "unshare", withInstalled(t, root, argv...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &ccm{proc: p, dir: tmp, securePort: defaultSecurePort}
+	env.ccmMu.Lock()
+	env.ccms = append(env.ccms, c)
+	env.ccmMu.Unlock()
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("CCM log tail:\n%s", p.Tail(40))
+		}
+		releaseLeaseIfLast(t, c)
+	})
+
+	// It runs the unit's command line, word for word (unshare and sh exec
+	// into it).
+	var args []string
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid()))
+		if err != nil {
+			return false, err
+		}
+		args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		return args[0] == argv[0], nil
+	})
+	if err != nil || !slices.Equal(args, argv) {
+		t.Fatalf("the CCM runs %q, want the unit's %q (%v); log:\n%s", args, argv, err, p.Tail(20))
+	}
+
+	base := fmt.Sprintf("https://127.0.0.1:%d", defaultSecurePort)
+	var last string
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("the CCM exited")
+		}
+		code, body, err := get(base+"/healthz", "")
+		last = fmt.Sprintf("%d %q %v", code, body, err)
+		return err == nil && code == http.StatusOK && body == "ok", nil
+	})
+	if err != nil {
+		t.Fatalf("no healthy /healthz on %s within 60s: %v (last: %s); log:\n%s", base, err, last, p.Tail(30))
+	}
+	t.Logf("the installed unit's ExecStart serves /healthz ok on %s, %s after start", base, time.Since(started).Round(time.Millisecond))
+	waitLog(t, c, "Successfully acquired lease", 30*time.Second)
+	l, err := env.admin.CoordinationV1().Leases("kube-system").Get(context.Background(), leaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		t.Fatalf("leader lease: %+v, %v", l, err)
+	}
+
+	uuid, _ := defineDomain(t, "e2e-deb", true)
+	createNode(t, "e2e-deb", v1.ConditionTrue)
+	n := waitNode(t, "e2e-deb", "initialization", 30*time.Second, func(n *v1.Node) bool { return n != nil && !hasTaint(n, uninitializedTaint) })
+	if n.Spec.ProviderID != "libvirt://"+uuid {
+		t.Errorf("providerID = %q, want libvirt://%s", n.Spec.ProviderID, uuid)
+	}
+	t.Logf("leader (%s); Node e2e-deb initialized, providerID %s", *l.Spec.HolderIdentity, n.Spec.ProviderID)
+	if log := p.Tail(1000); strings.Contains(log, "forbidden") {
+		t.Errorf("the RBAC forbids something the CCM does; log:\n%s", grepLines(log, "forbidden"))
+	}
+}
+
+// makeDeb runs `make deb` into dir and returns the one package it made.
+func makeDeb(t *testing.T, dir string) string {
+	t.Helper()
+	dist := filepath.Join(dir, "dist")
+	cmd := exec.Command("make", "-s", "deb", "BIN="+filepath.Join(dir, "bin"), "DIST="+dist)
+	cmd.Dir = env.repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make deb: %v\n%s", err, out)
+	}
+	debs, _ := filepath.Glob(filepath.Join(dist, "*.deb"))
+	if len(debs) != 1 {
+		t.Fatalf("make deb made %q, want one .deb", debs)
+	}
+	if fi, err := os.Stat(debs[0]); err == nil {
+		t.Logf("%s: %.1f MB", filepath.Base(debs[0]), float64(fi.Size())/1e6)
+	}
+	return debs[0]
+}
+
+// checkDebArchive checks the package's control fields and file list.
+func checkDebArchive(t *testing.T, deb string) {
+	t.Helper()
+	out, err := exec.Command("dpkg-deb", "--show", "--showformat", "${Package}|${Architecture}|${Depends}", deb).Output()
+	if err != nil {
+		t.Fatalf("dpkg-deb --show: %v", err)
+	}
+	if got := string(out); got != debPackage+"|amd64|libvirt0" {
+		t.Errorf("package|arch|depends = %q", got)
+	}
+	out, err = exec.Command("dpkg-deb", "--contents", deb).Output()
+	if err != nil {
+		t.Fatalf("dpkg-deb --contents: %v", err)
+	}
+	files := map[string]string{} // path -> mode
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		files[strings.TrimPrefix(f[len(f)-1], ".")] = f[0]
+	}
+	for path, mode := range map[string]string{
+		"/usr/bin/" + debPackage:                          "-rwxr-xr-x",
+		"/lib/systemd/system/" + debPackage + ".service":  "-rw-r--r--",
+		examples.UnitCloudConfig:                          "-rw-r--r--",
+		"/usr/share/" + debPackage + "/rbac.yaml":         "-rw-r--r--",
+		"/usr/share/doc/" + debPackage + "/README.Debian": "-rw-r--r--",
+		"/usr/share/doc/" + debPackage + "/copyright":     "-rw-r--r--",
+		examples.ConfigDir + "/":                          "drwxr-xr-x",
+	} {
+		if files[path] != mode {
+			t.Errorf("%s in the package: %q, want %s", path, files[path], mode)
+		}
+	}
+}
+
+// dpkgInstall installs deb with dpkg into an empty root and checks that
+// dpkg records it as installed, with the cloud config as its conffile.
+// libvirt0 is not in that root (--force-depends); the maintainer scripts
+// run outside it, with DPKG_ROOT set (--force-script-chrootless), since
+// the root has no shell.
+func dpkgInstall(t *testing.T, root, deb string) {
+	t.Helper()
+	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"var/lib/dpkg/status", "var/lib/dpkg/available"} {
+		if err := os.WriteFile(filepath.Join(root, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("dpkg", "--root="+root, "--force-depends", "--force-script-chrootless", "-i", deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg -i: %v\n%s", err, out)
+	}
+	out, err := exec.Command("dpkg-query", "--root="+root, "-W", "-f=${Status}\n${Conffiles}\n", debPackage).Output()
+	if err != nil {
+		t.Fatalf("dpkg-query: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if lines[0] != "install ok installed" {
+		t.Fatalf("dpkg status of %s: %q", debPackage, lines[0])
+	}
+	data, err := os.ReadFile(filepath.Join(root, examples.UnitCloudConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := md5.Sum(data)
+	wantConf := examples.UnitCloudConfig + " " + hex.EncodeToString(sum[:])
+	if len(lines) != 2 || strings.TrimSpace(lines[1]) != wantConf {
+		t.Errorf("conffiles of %s: %q, want %q", debPackage, lines[1:], wantConf)
+	}
+	list, err := exec.Command("dpkg", "--root="+root, "-L", debPackage).Output()
+	if err != nil {
+		t.Fatalf("dpkg -L: %v", err)
+	}
+	for _, f := range strings.Fields(string(list)) {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("dpkg lists %s, not installed: %v", f, err)
+		}
+	}
+}
+
+// editCloudConfig makes the installed cloud config fit this suite's libvirt
+// network, as README.Debian asks an administrator to: its networks, bridges
+// and pool. Everything else stays as installed.
+func editCloudConfig(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, r := range []struct {
+		old, new string
+		n        int
+	}{
+		{"networks: [default]", "networks: [" + env.network + "]", 1},
+		{"bridge: virbr0", "bridge: " + env.bridge, 2},
+		{"[192.168.122.200-192.168.122.250]", "[10.88.0.90-10.88.0.95]", 1},
+	} {
+		if got := strings.Count(s, r.old); got != r.n {
+			t.Fatalf("the installed cloud config has %d %q, this test edits %d; update it to examples/cloud-config.yaml", got, r.old, r.n)
+		}
+		s = strings.ReplaceAll(s, r.old, r.new)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubeconfigAsREADME runs the first shell block of the installed
+// README.Debian, with the suite's kubectl and admin kubeconfig, in a mount
+// namespace that shows root's installed directories, and checks
+// the kubeconfig it writes: private, for the ServiceAccount's Secret token,
+// which does not expire.
+func kubeconfigAsREADME(t *testing.T, root string) {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(root, "usr/share/doc", debPackage, "README.Debian"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```sh\n")
+	script, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.Debian has no ```sh block")
+	}
+	cmd := exec.Command("unshare", withInstalled(t, root, "bash", "-euo", "pipefail", "-c", script)...)
+	cmd.Env = append(os.Environ(), "PATH="+env.tools+":"+os.Getenv("PATH"), "KUBECONFIG="+env.cp.AdminKube)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("README.Debian's commands: %v\n%s\n--- script:\n%s", err, out, script)
+	}
+	t.Cleanup(func() {
+		if out, err := kubectl("-n", "kube-system", "delete", "secret", "cloud-controller-manager-token", "--ignore-not-found"); err != nil {
+			t.Errorf("delete the token Secret: %v: %s", err, out)
+		}
+	})
+
+	kc := filepath.Join(root, examples.UnitKubeconfig)
+	if fi, err := os.Stat(kc); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig %s: %v, %v; want mode 0600", kc, fi, err)
+	}
+	cfg, err := clientcmd.LoadFromFile(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if ctx == nil || cfg.AuthInfos[ctx.AuthInfo] == nil || cfg.Clusters[ctx.Cluster] == nil {
+		t.Fatalf("kubeconfig has no usable current context: %+v", cfg)
+	}
+	if len(cfg.Clusters[ctx.Cluster].CertificateAuthorityData) == 0 {
+		t.Errorf("the kubeconfig does not embed the cluster CA")
+	}
+	token := cfg.AuthInfos[ctx.AuthInfo].Token
+	secret, err := env.admin.CoreV1().Secrets("kube-system").Get(context.Background(), "cloud-controller-manager-token", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token == "" || token != string(secret.Data["token"]) {
+		t.Fatalf("the kubeconfig's token is not the Secret's")
+	}
+	// A service-account JWT: the Secret's kind has no expiry claim.
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("token is not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims map[string]any
+	if err := json.NewDecoder(bytes.NewReader(payload)).Decode(&claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims["sub"] != "system:serviceaccount:kube-system:cloud-controller-manager" {
+		t.Errorf("token subject %v", claims["sub"])
+	}
+	if exp, ok := claims["exp"]; ok {
+		t.Errorf("the token expires (exp %v)", exp)
+	}
+}
+
+// installedDirs are the package's own directories that the unit and
+// README.Debian name.
+var installedDirs = []string{examples.ConfigDir, "/usr/share/" + debPackage}
+
+// withInstalled returns unshare's arguments that run argv in a private
+// mount namespace where root's installedDirs are bind-mounted on their
+// paths: the installed files where the unit and README.Debian expect them,
+// without touching the host's. Missing mountpoints are made and removed again.
+func withInstalled(t *testing.T, root string, argv ...string) []string {
+	t.Helper()
+	script := ""
+	for i, d := range installedDirs {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.Remove(d) })
+		}
+		script += fmt.Sprintf(`mount --bind "$%d" %s && `, i, strconv.Quote(d))
+	}
+	args := []string{"--mount", "--propagation", "private", "sh", "-c", script + fmt.Sprintf(`shift %d && exec "$@"`, len(installedDirs)-1)}
+	for _, d := range installedDirs {
+		args = append(args, filepath.Join(root, d))
+	}
+	return append(args, argv...)
+}
