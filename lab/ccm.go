@@ -2,45 +2,71 @@ package lab
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider"
 )
 
-// cloudConfig is the CCM's --cloud-config in the lab.
-func cloudConfig() string {
-	return fmt.Sprintf(`region: lab
-hypervisors:
-  - uri: qemu:///system
-    zone: lab-host
-networks: [%s]
-routes:
-  bridge: %s
-loadBalancer:
-  bridge: %s
-  pools: [{name: lab, addresses: ["%s"]}]
-`, NetworkName, Bridge, Bridge, VIPPool)
+// labCloudConfig is the full lab's cloud config: the lab's libvirtd and
+// network, routes and load balancers on its bridge.
+func labCloudConfig() provider.Config {
+	cfg := provider.DefaultConfig()
+	cfg.Region = "lab"
+	cfg.Hypervisors = []provider.HypervisorConfig{{URI: labURI, Zone: "lab-host"}}
+	cfg.Networks = []string{NetworkName}
+	cfg.Routes.Bridge = Bridge
+	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: []lb.PoolConfig{{Name: "lab", Addresses: []string{VIPPool}}}}
+	return cfg
+}
+
+// marshalCloudConfig writes cfg as the CCM's --cloud-config: every field,
+// defaults included, so the file says all the CCM will do.
+func marshalCloudConfig(cfg provider.Config) ([]byte, error) {
+	return yaml.Marshal(cfg)
 }
 
 func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
-	return u.runCCM(ctx, cp, client, bin, cloudConfig())
+	if u.opts.CloudConfig != "" {
+		data, err := LoadLabCloudConfig(u.opts.CloudConfig)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(u.opts.Out, "           cloud config from %s\n", u.opts.CloudConfig)
+		return u.runCCM(ctx, cp, client, bin, data)
+	}
+	data, err := marshalCloudConfig(labCloudConfig())
+	if err != nil {
+		return err
+	}
+	return u.runCCM(ctx, cp, client, bin, data)
 }
 
 // runCCM starts the CCM as a daemon as examples/ ships it: the flags of the
 // systemd unit (leader election, secure serving with delegated
 // authentication and authorization) with the lab's own files in place of
 // the unit's, and the identity of examples/rbac.yaml (a service-account
-// token).
-func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin, cloudCfg string) error {
+// token). The user's extra flags (Options.CCMFlags) come after the shipped
+// ones, which CheckCCMFlags keeps them from naming.
+func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string, cloudCfg []byte) error {
 	tr, err := client.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "cloud-controller-manager",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)}}, metav1.CreateOptions{})
 	if err != nil {
@@ -51,15 +77,73 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 		return err
 	}
 	cfg := filepath.Join(u.st.Dir, "cloud-config.yaml")
-	if err := os.WriteFile(cfg, []byte(cloudCfg), 0o600); err != nil {
+	if err := os.WriteFile(cfg, cloudCfg, 0o600); err != nil {
 		return err
 	}
 	args, err := examples.CCMArgs(map[string]string{examples.UnitKubeconfig: kc, examples.UnitCloudConfig: cfg})
 	if err != nil {
 		return fmt.Errorf("the CCM's command line from examples/: %w", err)
 	}
-	u.st.CCMCommand = append([]string{bin}, args...)
-	return u.st.launchCCM()
+	u.st.CCMCommand = append(append([]string{bin}, args...), u.opts.CCMFlags...)
+	if err := u.st.launchCCM(); err != nil {
+		return err
+	}
+	for _, f := range u.opts.CCMFlags {
+		if strings.HasPrefix(f, "--secure-port=") || strings.HasPrefix(f, "--bind-address=") {
+			fmt.Fprintf(u.opts.Out, "           %s: not checking the CCM's /healthz and /metrics on :%d\n", f, ccmSecurePort)
+			return nil
+		}
+	}
+	if err := checkCCMServing(ctx, u.st.Kubeconfig, fmt.Sprintf("https://127.0.0.1:%d", ccmSecurePort), 30*time.Second); err != nil {
+		return err
+	}
+	fmt.Fprintf(u.opts.Out, "           CCM serves /healthz and /metrics on https://127.0.0.1:%d (admin token)\n", ccmSecurePort)
+	return nil
+}
+
+// ccmSecurePort is the upstream CCM's secure port, which the shipped unit keeps.
+const ccmSecurePort = 10258
+
+// checkCCMServing waits until the CCM at base answers /healthz and, to the
+// lab's admin (system:masters, authorized by delegation to the API
+// server), /metrics, as the shipped unit promises.
+func checkCCMServing(ctx context.Context, adminKubeconfig, base string, timeout time.Duration) error {
+	cfg, err := clientcmd.LoadFromFile(adminKubeconfig)
+	if err != nil {
+		return err
+	}
+	token := ""
+	for _, a := range cfg.AuthInfos {
+		token = a.Token
+	}
+	// The CCM serves with a self-signed certificate, and the token goes to
+	// 127.0.0.1 in the lab's own namespace.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	var last error
+	get := func(ctx context.Context, path string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if path == "/metrics" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+		}
+		return nil
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		last = errors.Join(get(ctx, "/healthz"), get(ctx, "/metrics"))
+		return last == nil, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("the CCM's secure port %s after %s: %w", base, timeout, last)
+	}
+	return err
 }
 
 // launchCCM starts the CCM as a daemon with the command recorded in the
@@ -68,7 +152,7 @@ func (s *State) launchCCM() error {
 	if len(s.CCMCommand) == 0 {
 		return fmt.Errorf("no CCM command in the lab state %s", statePath(s.Dir))
 	}
-	p, err := controlplane.StartDaemon(filepath.Join(s.Dir, "ccm.log"), s.CCMCommand[0], s.CCMCommand[1:]...)
+	p, err := controlplane.StartDaemon(ccmLog(s.Dir), s.CCMCommand[0], s.CCMCommand[1:]...)
 	if err != nil {
 		return err
 	}

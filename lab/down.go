@@ -27,17 +27,16 @@ func Down(dir string, out io.Writer) error {
 	if !st.Light { // a light lab has no libvirtd: qemu:///system would be someone else's
 		removeGuests(out)
 	}
-	// The light lab's simulator, control plane and CCM first, then libvirt's daemons.
-	for _, name := range []string{"labcloud", "libvirt-cloud-controller-manager", "kube-controller-manager", "kube-apiserver", "etcd", "libvirtd", "virtlogd", "sleep"} {
-		key := name
-		switch name {
-		case "sleep": // the lock holder: flock --no-fork ... sleep infinity
-			key = "lock-holder"
-		case "labcloud":
-			key = SimulatorPid
-		}
-		if pid := st.Pids[key]; pid > 0 && isProcess(pid, name) {
-			fmt.Fprintf(out, "stopping %s (pid %d)\n", name, pid)
+	// The forwarder, the light lab's simulator, the control plane and the
+	// CCM first, then libvirt's daemons and the lock holder.
+	for _, p := range []struct{ key, program string }{
+		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {ccmPid, ccmPid},
+		{"kube-controller-manager", "kube-controller-manager"}, {"kube-scheduler", "kube-scheduler"},
+		{"kube-apiserver", "kube-apiserver"}, {"etcd", "etcd"}, {"libvirtd", "libvirtd"}, {"virtlogd", "virtlogd"},
+		{"lock-holder", "sleep"}, // flock --no-fork ... sleep infinity
+	} {
+		if pid := st.Pids[p.key]; pid > 0 && isProcess(pid, p.program) {
+			fmt.Fprintf(out, "stopping %s (pid %d)\n", p.key, pid)
 			stop(pid)
 		}
 	}
@@ -64,7 +63,7 @@ func Down(dir string, out io.Writer) error {
 // removeGuests destroys and undefines the lab's domains and network while
 // libvirtd still runs; without it, their QEMU processes are killed.
 func removeGuests(out io.Writer) {
-	c, err := libvirt.NewConnect("qemu:///system")
+	c, err := libvirt.NewConnect(labURI)
 	if err == nil {
 		defer c.Close()
 		if doms, err := c.ListAllDomains(0); err == nil {
@@ -145,7 +144,7 @@ func zombie(pid int) bool {
 
 // NodeAction stops, starts or deletes a lab guest's domain.
 func NodeAction(name, action string) error {
-	c, err := libvirt.NewConnect("qemu:///system")
+	c, err := libvirt.NewConnect(labURI)
 	if err != nil {
 		return fmt.Errorf("libvirt: %w (is the lab up?)", err)
 	}

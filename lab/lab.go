@@ -26,7 +26,10 @@ const (
 	ClusterCIDR = "10.244.0.0/16"
 	VIPPool     = "10.123.0.200-10.123.0.250"
 	NodePrefix  = "lab-node-"
-	ccmPid      = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
+	// The network's DHCP range: subnet.dhcpFirst-dhcpLast.
+	dhcpFirst, dhcpLast = 100, 199
+	labURI              = "qemu:///system"                   // the lab's libvirtd
+	ccmPid              = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
 )
 
 // DefaultStateDir holds the running lab's files; removed by Down.
@@ -42,12 +45,16 @@ func CacheDir() string {
 
 // State is what a running lab is made of.
 type State struct {
-	Dir        string         `json:"dir"`
-	Netns      string         `json:"netns"`
-	Kubeconfig string         `json:"kubeconfig"`
-	APIServer  string         `json:"apiServer"`
-	Tools      string         `json:"tools"`
-	Pids       map[string]int `json:"pids"`
+	Dir        string `json:"dir"`
+	Netns      string `json:"netns"`
+	Kubeconfig string `json:"kubeconfig"`
+	APIServer  string `json:"apiServer"`
+	// HostKubeconfig reaches the API server from the host, through the
+	// forwarder on the host's loopback at HostAPIServer.
+	HostKubeconfig string         `json:"hostKubeconfig,omitempty"`
+	HostAPIServer  string         `json:"hostAPIServer,omitempty"`
+	Tools          string         `json:"tools"`
+	Pids           map[string]int `json:"pids"`
 	// CCMCommand is the CCM's command line (binary first) as the lab
 	// started it: a restart (labcloud chaos) runs exactly this again.
 	CCMCommand []string  `json:"ccmCommand,omitempty"`

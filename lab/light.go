@@ -14,9 +14,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/provider"
 )
 
 // Light mode: no guests and no libvirtd. The CCM talks to libvirt's test
@@ -55,7 +57,7 @@ func libvirtURI(st *State) string {
 	if st.Light {
 		return "test://" + fixturePath(st.Dir)
 	}
-	return "qemu:///system"
+	return labURI
 }
 
 // writeFixture writes a test-driver fixture of n running domains, one per
@@ -99,8 +101,9 @@ func gracePeriodFor(heartbeat time.Duration) time.Duration {
 // UpLight brings the light lab up: Up's flow with other steps. It runs as
 // root inside the lab's namespace; the daemons it starts outlive it.
 func UpLight(ctx context.Context, opts Options) (*State, error) {
-	if opts.Nodes < 1 || opts.Nodes > MaxLightNodes {
-		return nil, fmt.Errorf("--light --nodes %d: want 1..%d", opts.Nodes, MaxLightNodes)
+	opts.Light = true
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
@@ -120,10 +123,7 @@ func UpLight(ctx context.Context, opts Options) (*State, error) {
 		cp     *controlplane.ControlPlane
 		client kubernetes.Interface
 	)
-	steps := []struct {
-		name string
-		f    func() error
-	}{
+	steps := []upStep{
 		{"control-plane tools", func() (err error) { st.Tools, err = ensureTools(ctx, u.repo(), opts.Out); return err }},
 		// No libvirtd, but the lab's namespace name is the host's one lab.
 		{"claim the host", u.claimHost},
@@ -138,10 +138,15 @@ func UpLight(ctx context.Context, opts Options) (*State, error) {
 			cp, client, err = u.startLightControlPlane(ctx, simToken, gracePeriodFor(heartbeat))
 			return err
 		}},
+	}
+	if opts.HostListener != nil {
+		steps = append(steps, upStep{"API server on the host's loopback", func() error { return u.startForwarder(ctx) }})
+	}
+	steps = append(steps, []upStep{
 		{"libvirt-cloud-controller-manager (test driver)", func() error { return u.startLightCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("simulator of %d nodes", opts.Nodes), func() error { return u.startSimulator(cp, simToken, heartbeat) }},
-		{"nodes registered, initialized", func() error { return waitLight(ctx, client, st, opts.Out) }},
-	}
+		{"nodes registered, initialized", func() error { return waitLight(ctx, client, st, opts.waitFor(opts.Nodes), opts.Out) }},
+	}...)
 	for _, s := range steps {
 		if err := u.step(s.name, s.f); err != nil {
 			return st, err
@@ -201,14 +206,22 @@ func grantSimulator(ctx context.Context, client kubernetes.Interface) error {
 
 // lightCloudConfig: the test driver keeps no DHCP leases, but its guest
 // agent answers; no routes and no load balancers without a bridge.
-func lightCloudConfig(st *State) string {
-	return fmt.Sprintf("region: lab\nhypervisors:\n  - uri: %s\n    zone: %s\naddressSources: [guest-agent]\n", libvirtURI(st), lightZone)
+func lightCloudConfig(st *State) provider.Config {
+	cfg := provider.DefaultConfig()
+	cfg.Region = "lab"
+	cfg.Hypervisors = []provider.HypervisorConfig{{URI: libvirtURI(st), Zone: lightZone}}
+	cfg.AddressSources = []string{provider.SourceGuestAgent}
+	return cfg
 }
 
 func (u *upRun) startLightCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
 	// As shipped: without a bridge in the cloud config the provider offers
 	// no routes and no load balancers, and those controllers stay idle.
-	return u.runCCM(ctx, cp, client, bin, lightCloudConfig(u.st))
+	data, err := marshalCloudConfig(lightCloudConfig(u.st))
+	if err != nil {
+		return err
+	}
+	return u.runCCM(ctx, cp, client, bin, data)
 }
 
 // startSimulator starts `labcloud simulate` as a daemon in this namespace.
@@ -256,37 +269,33 @@ func countLight(nodes []v1.Node) lightProgress {
 	return p
 }
 
-// waitLight waits until every node is registered, initialized by the CCM
-// and Ready, printing progress at most every 2 s.
-func waitLight(ctx context.Context, client kubernetes.Interface, st *State, out io.Writer) error {
+// waitLight waits up to timeout until every node is registered,
+// initialized by the CCM and Ready, printing progress at most every 2 s.
+func waitLight(ctx context.Context, client kubernetes.Interface, st *State, timeout time.Duration, out io.Writer) error {
 	total := len(st.Nodes)
-	timeout := 3*time.Minute + time.Duration(total)*100*time.Millisecond
-	deadline := time.Now().Add(timeout)
 	var cur, printed lightProgress
 	var printedAt time.Time
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		// From the API server's watch cache: cheap even for thousands.
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err == nil {
-			cur = countLight(list.Items)
-			if cur.initialized == total && cur.ready == total {
-				fmt.Fprintf(out, "           %s\n", cur)
-				return nil
-			}
-			if cur != printed && time.Since(printedAt) >= 2*time.Second {
-				fmt.Fprintf(out, "           waiting: %s of %d\n", cur, total)
-				printed, printedAt = cur, time.Now()
-			}
+		if err != nil {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("light lab not ready after %s: %s of %d (logs in %s)", timeout, cur, total, st.Dir)
+		cur = countLight(list.Items)
+		if cur.initialized == total && cur.ready == total {
+			fmt.Fprintf(out, "           %s\n", cur)
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		if cur != printed && time.Since(printedAt) >= 2*time.Second {
+			fmt.Fprintf(out, "           waiting: %s of %d\n", cur, total)
+			printed, printedAt = cur, time.Now()
 		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("light lab not ready after %s (--wait): %s of %d (logs: labcloud logs)", timeout, cur, total)
 	}
+	return err
 }
 
 // WriteSummary writes the status table, or for more than rows nodes a

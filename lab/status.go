@@ -22,10 +22,13 @@ import (
 // Status is the lab at a glance: node ↔ domain ↔ addresses ↔ pod CIDR ↔
 // route, and Service ↔ VIP ↔ answering node/MAC.
 type Status struct {
-	Kubeconfig string          `json:"kubeconfig"`
-	APIServer  string          `json:"apiServer"`
-	Nodes      []NodeStatus    `json:"nodes"`
-	Services   []ServiceStatus `json:"services"`
+	Kubeconfig string `json:"kubeconfig"`
+	APIServer  string `json:"apiServer"`
+	// HostKubeconfig works from the host (API server at HostAPIServer).
+	HostKubeconfig string          `json:"hostKubeconfig,omitempty"`
+	HostAPIServer  string          `json:"hostAPIServer,omitempty"`
+	Nodes          []NodeStatus    `json:"nodes"`
+	Services       []ServiceStatus `json:"services"`
 }
 
 // NodeStatus is one lab node.
@@ -57,7 +60,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Status{Kubeconfig: st.Kubeconfig, APIServer: st.APIServer}
+	out := &Status{Kubeconfig: st.Kubeconfig, APIServer: st.APIServer, HostKubeconfig: st.HostKubeconfig, HostAPIServer: st.HostAPIServer}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)

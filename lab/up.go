@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -24,23 +25,18 @@ import (
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
 
-// Options configure Up.
-type Options struct {
-	Nodes int
-	Dir   string
-	// Repo is a labcloud checkout to build missing binaries from; default
-	// the current directory when it is one.
-	Repo string
-	// Out receives progress lines.
-	Out io.Writer
-}
-
 type upRun struct {
 	opts       Options
 	st         *State
 	start      time.Time
 	tokens     []controlplane.Token // the guests' kubelet credentials
 	proxyToken string               // kube-proxy's, shared by every node
+}
+
+// upStep is one named step of up.
+type upStep struct {
+	name string
+	f    func() error
 }
 
 func (u *upRun) step(name string, f func() error) error {
@@ -59,8 +55,9 @@ func (u *upRun) step(name string, f func() error) error {
 // Up brings the lab up. It must run as root inside the lab's network
 // namespace (cmd/labcloud arranges that). The daemons it starts outlive it.
 func Up(ctx context.Context, opts Options) (*State, error) {
-	if opts.Nodes < 1 || opts.Nodes > 250 {
-		return nil, fmt.Errorf("--nodes %d: want 1..250", opts.Nodes)
+	opts.Light = false
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
@@ -79,10 +76,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 		cp                 *controlplane.ControlPlane
 		client             kubernetes.Interface
 	)
-	steps := []struct {
-		name string
-		f    func() error
-	}{
+	steps := []upStep{
 		{"control-plane tools", func() (err error) { u.st.Tools, err = ensureTools(ctx, u.repo(), opts.Out); return err }},
 		{"build CCM and lab-node", func() (err error) { ccmBin, labNodeBin, err = ensureBinaries(ctx, u.repo()); return err }},
 		{"guest boot image", func() (err error) {
@@ -112,11 +106,16 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 			cp, client, err = u.startControlPlane(ctx)
 			return err
 		}},
+	}
+	if opts.HostListener != nil {
+		steps = append(steps, upStep{"API server on the host's loopback", func() error { return u.startForwarder(ctx) }})
+	}
+	steps = append(steps, []upStep{
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
-		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.Out) }},
+		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.waitFor(opts.Nodes), opts.Out) }},
 		{"first pod Running", func() error { return firstPod(ctx, client) }},
-	}
+	}...)
 	for _, s := range steps {
 		if err := u.step(s.name, s.f); err != nil {
 			return u.st, err
@@ -205,12 +204,12 @@ func isFile(p string) bool {
 }
 
 func defineNetwork() error {
-	c, err := libvirt.NewConnect("qemu:///system")
+	c, err := libvirt.NewConnect(labURI)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return libvirtd.CreateNetwork(c, NetworkName, Bridge, subnet, 100, 199)
+	return libvirtd.CreateNetwork(c, NetworkName, Bridge, subnet, dhcpFirst, dhcpLast)
 }
 
 func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPlane, kubernetes.Interface, error) {
@@ -303,7 +302,7 @@ func cpuModel(domainType string) string {
 }
 
 func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, disk image.Disk) error {
-	c, err := libvirt.NewConnect("qemu:///system")
+	c, err := libvirt.NewConnect(labURI)
 	if err != nil {
 		return err
 	}
@@ -356,10 +355,10 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
       <source network='%s'/>
       <model type='virtio'/>
     </interface>
-    <serial type='file'><source path='%s'/><target port='0'/></serial>
+    <serial type='file'><source path='%s' append='on'/><target port='0'/></serial>
     <memballoon model='none'/>
   </devices>
-</domain>`, typ, name, guestMemoryMiB, guestVCPUs, cpuModel(typ), art.Kernel, initrd, image.Cmdline, disk.Path, nodeMAC(i), NetworkName, filepath.Join(nodes, name+".console"))
+</domain>`, typ, name, guestMemoryMiB, guestVCPUs, cpuModel(typ), art.Kernel, initrd, image.Cmdline, disk.Path, nodeMAC(i), NetworkName, consoleLog(u.st.Dir, name))
 		d, err := c.DomainDefineXML(xml)
 		if err != nil {
 			return fmt.Errorf("define %s: %w", name, err)
@@ -375,29 +374,23 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 	return u.st.save()
 }
 
-// waitLab waits until every lab node is Ready and initialized by the CCM
-// (providerID), has a pod CIDR, and its route is on the bridge.
-func waitLab(ctx context.Context, client kubernetes.Interface, st *State, out io.Writer) error {
-	deadline := time.Now().Add(6 * time.Minute)
+// waitLab waits up to timeout until every lab node is Ready and
+// initialized by the CCM (providerID), has a pod CIDR, and its route is on
+// the bridge, printing progress as it changes.
+func waitLab(ctx context.Context, client kubernetes.Interface, st *State, timeout time.Duration, out io.Writer) error {
 	last := ""
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		ready, msg := labReady(ctx, client, st)
-		if ready {
-			return nil
-		}
-		if msg != last {
+		if !ready && msg != last {
 			fmt.Fprintf(out, "           waiting: %s\n", msg)
-			last = msg
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("lab not ready after 6 minutes: %s (guest consoles in %s/nodes)", msg, st.Dir)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+		last = msg
+		return ready, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("lab not ready after %s (--wait): %s (guest consoles: labcloud logs %s)", timeout, last, nodeName(1))
 	}
+	return err
 }
 
 func labReady(ctx context.Context, client kubernetes.Interface, st *State) (bool, string) {
@@ -452,22 +445,15 @@ func firstPod(ctx context.Context, client kubernetes.Interface) error {
 	}
 	name := p.Name
 	defer client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{})
-	deadline := time.Now().Add(3 * time.Minute)
 	phase := p.Status.Phase
-	for {
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
 			phase = p.Status.Phase
 		}
-		if phase == v1.PodRunning {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pod %s not Running after 3 minutes (phase %s)", name, phase)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+		return phase == v1.PodRunning, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("pod %s not Running after 3 minutes (phase %s)", name, phase)
 	}
+	return err
 }

@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/libvirtd"
+	"github.com/labcloud/labcloud/version"
 )
 
 // insideEnv marks the copy of labcloud re-executed inside the namespace.
@@ -35,9 +38,23 @@ func main() {
 
 func root() *cobra.Command {
 	dir := lab.DefaultStateDir
-	cmd := &cobra.Command{Use: "labcloud", Short: "A simulated cloud for the libvirt cloud-controller-manager", SilenceUsage: true, SilenceErrors: true}
+	cmd := &cobra.Command{
+		Use:           "labcloud",
+		Short:         "A simulated cloud for the libvirt cloud-controller-manager",
+		Version:       version.Get(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if dir == "" {
+				return &lab.FlagError{Flag: "--state-dir", Value: `""`, Reason: "must name a directory"}
+			}
+			return nil
+		},
+	}
+	cmd.SetVersionTemplate("labcloud {{.Version}}\n")
 	cmd.PersistentFlags().StringVar(&dir, "state-dir", dir, "where the running lab keeps its files")
-	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(), benchCmd(&dir), chaosCmd(&dir), e2eCmd(&dir), simulateCmd())
+	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(&dir), benchCmd(&dir), chaosCmd(&dir), e2eCmd(&dir),
+		logsCmd(&dir), exportCmd(&dir), kubeconfigCmd(&dir), versionCmd(&dir), simulateCmd(), forwardCmd())
 	return cmd
 }
 
@@ -49,7 +66,10 @@ func requireRoot() error {
 }
 
 // inNetns runs this program again inside the lab's namespace with args.
-func inNetns(ctx context.Context, args ...string) error {
+func inNetns(ctx context.Context, args ...string) error { return inNetnsWith(ctx, nil, args...) }
+
+// inNetnsWith is inNetns handing files down as descriptors 3, 4, ...
+func inNetnsWith(ctx context.Context, files []*os.File, args ...string) error {
 	if os.Getenv(insideEnv) != "" {
 		return errors.New("already inside the lab namespace")
 	}
@@ -59,32 +79,66 @@ func inNetns(ctx context.Context, args ...string) error {
 	}
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", lab.Netns, self}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = files
 	cmd.Env = append(os.Environ(), insideEnv+"=1")
 	return cmd.Run()
 }
 
 func upCmd(dir *string) *cobra.Command {
-	nodes, keep, light := 3, false, false
+	opts := lab.Options{Nodes: 3}
+	var (
+		keep       bool
+		waitFor    time.Duration
+		listenerFD int
+	)
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Bring the lab up: namespace, libvirtd, network, control plane, CCM, N guests",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Every flag is checked before anything is made.
+			if cmd.Flags().Changed("wait") && waitFor <= 0 {
+				return &lab.FlagError{Flag: "--wait", Value: waitFor.String(), Reason: "must be positive"}
+			}
+			opts.Wait, opts.Dir, opts.Out = waitFor, *dir, cmd.OutOrStdout()
+			if opts.CloudConfig != "" {
+				abs, err := filepath.Abs(opts.CloudConfig)
+				if err != nil {
+					return &lab.FlagError{Flag: "--cloud-config", Value: opts.CloudConfig, Reason: err.Error()}
+				}
+				opts.CloudConfig = abs
+			}
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			if bin, ok := lab.FindCCMBinary(); ok {
+				if err := lab.ParseCCMFlags(cmd.Context(), bin, opts.CCMFlags); err != nil {
+					return err
+				}
+			}
+			if listenerFD != 0 && listenerFD < 3 {
+				return &lab.FlagError{Flag: "--host-listener-fd", Value: fmt.Sprint(listenerFD), Reason: "want a descriptor from 3 up"}
+			}
 			if err := requireRoot(); err != nil {
 				return err
 			}
 			if os.Getenv(insideEnv) != "" {
-				opts := lab.Options{Nodes: nodes, Dir: *dir, Out: cmd.OutOrStdout()}
-				if light {
-					_, err := lab.UpLight(cmd.Context(), opts)
-					return err
+				if listenerFD > 0 {
+					syscall.CloseOnExec(listenerFD) // for the forwarder only, not every daemon up starts
+					opts.HostListener = os.NewFile(uintptr(listenerFD), "host-listener")
 				}
-				_, err := lab.Up(cmd.Context(), opts)
+				var err error
+				if opts.Light {
+					_, err = lab.UpLight(cmd.Context(), opts)
+				} else {
+					_, err = lab.Up(cmd.Context(), opts)
+				}
 				return err
 			}
 			if _, err := lab.LoadState(*dir); err == nil {
 				return fmt.Errorf("a lab is already up (state in %s); run labcloud down first", *dir)
 			}
-			if !light { // a light lab runs neither libvirtd nor QEMU
+			if !opts.Light { // a light lab runs neither libvirtd nor QEMU
 				if err := ensureHostPackages(cmd); err != nil {
 					return err
 				}
@@ -106,18 +160,35 @@ func upCmd(dir *string) *cobra.Command {
 			if out, err := exec.Command("ip", "-n", lab.Netns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 				return fmt.Errorf("lo up in %s: %v: %s", lab.Netns, err, out)
 			}
-			args := []string{"up", "--nodes", fmt.Sprint(nodes), "--state-dir", *dir}
-			if light {
+			// The API server's port on the host's loopback: made here, in
+			// the host's namespace, and served from the lab's.
+			hostListener, err := lab.ListenHost()
+			if err != nil {
+				return err
+			}
+			args := []string{"up", "--nodes", fmt.Sprint(opts.Nodes), "--state-dir", *dir, "--host-listener-fd=3"}
+			if opts.Light {
 				args = append(args, "--light")
 			}
-			if err := inNetns(cmd.Context(), args...); err != nil {
+			if opts.Wait > 0 {
+				args = append(args, "--wait", opts.Wait.String())
+			}
+			for _, f := range opts.CCMFlags {
+				args = append(args, "--ccm-flag="+f)
+			}
+			if opts.CloudConfig != "" {
+				args = append(args, "--cloud-config", opts.CloudConfig)
+			}
+			err = inNetnsWith(cmd.Context(), []*os.File{hostListener}, args...)
+			hostListener.Close()
+			if err != nil {
 				if !keep {
 					fmt.Fprintln(cmd.ErrOrStderr(), "labcloud up failed; removing what it made (use --keep-on-failure to inspect)")
 					_ = lab.Down(*dir, cmd.ErrOrStderr())
 				}
 				return fmt.Errorf("up: %w", err)
 			}
-			if !light { // a light up ends with a status summary of its own
+			if !opts.Light { // a light up ends with a status summary of its own
 				if err := inNetns(cmd.Context(), "status", "--state-dir", *dir); err != nil {
 					return err
 				}
@@ -126,13 +197,20 @@ func upCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "\nRun commands in the lab with: labcloud exec -- CMD (kubectl is on its PATH)\nexport KUBECONFIG=%s\n", st.Kubeconfig)
+			fmt.Fprintf(cmd.OutOrStdout(), "\nFrom the host: export KUBECONFIG=%s (labcloud kubeconfig prints it)\n"+
+				"Inside the lab's namespace: labcloud exec -- CMD (kubectl on its PATH); logs: labcloud logs\n", st.HostKubeconfig)
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&nodes, "nodes", nodes, "number of nodes: guest VMs, or simulated nodes with --light")
-	cmd.Flags().BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
-	cmd.Flags().BoolVar(&light, "light", light, fmt.Sprintf("no guests and no libvirtd: libvirt's test driver and simulated nodes (up to %d)", lab.MaxLightNodes))
+	f := cmd.Flags()
+	f.IntVar(&opts.Nodes, "nodes", opts.Nodes, fmt.Sprintf("number of nodes: guest VMs (1-%d), or simulated nodes with --light (1-%d)", lab.MaxNodes, lab.MaxLightNodes))
+	f.BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
+	f.BoolVar(&opts.Light, "light", opts.Light, "no guests and no libvirtd: libvirt's test driver and simulated nodes")
+	f.DurationVar(&waitFor, "wait", 0, fmt.Sprintf("how long up waits for every Node to be Ready and initialized (default %s; with --light 3m plus 100ms per node)", lab.DefaultWait))
+	f.StringArrayVar(&opts.CCMFlags, "ccm-flag", nil, "a flag added to the CCM's shipped command line, one word each (repeatable), e.g. --ccm-flag=--v=4")
+	f.StringVar(&opts.CloudConfig, "cloud-config", "", "a cloud-config file for the CCM instead of the lab's (full lab; must name the lab's libvirtd, network and bridge; README)")
+	f.IntVar(&listenerFD, "host-listener-fd", 0, "descriptor of the host listener the forwarder serves (set by up itself)")
+	_ = f.MarkHidden("host-listener-fd")
 	return cmd
 }
 
@@ -147,7 +225,11 @@ func simulateCmd() *cobra.Command {
 		Use:    "simulate",
 		Short:  "Register and heartbeat the light lab's simulated nodes (started by up --light)",
 		Hidden: true,
+		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := errors.Join(positive("--nodes", opts.Nodes), positiveDuration("--heartbeat", opts.Heartbeat), existingFile("--kubeconfig", kubeconfig)); err != nil {
+				return err
+			}
 			client, err := lab.SimClient(kubeconfig)
 			if err != nil {
 				return err
@@ -188,6 +270,7 @@ func downCmd(dir *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Remove everything the lab made (safe to run twice)",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireRoot(); err != nil {
 				return err
@@ -202,9 +285,10 @@ func statusCmd(dir *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Nodes, domains, addresses, pod CIDRs, routes; Services, VIPs, answering nodes",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: want table or json", output)
+				return &lab.FlagError{Flag: "--output", Value: output, Reason: "want table or json"}
 			}
 			st, err := lab.LoadState(*dir)
 			if err != nil {
@@ -255,14 +339,27 @@ func execCmd(dir *string) *cobra.Command {
 	}
 }
 
-func nodeCmd() *cobra.Command {
+func nodeCmd(dir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Act on a lab node's domain"}
 	for _, action := range []string{"stop", "start", "delete"} {
 		cmd.AddCommand(&cobra.Command{
-			Use:   action + " NAME",
-			Short: action + " the node's domain",
-			Args:  cobra.ExactArgs(1),
-			RunE:  func(_ *cobra.Command, args []string) error { return lab.NodeAction(args[0], action) },
+			Use:               action + " NAME",
+			Short:             action + " the node's domain",
+			Args:              cobra.ExactArgs(1),
+			ValidArgsFunction: completeNodes(dir),
+			RunE: func(_ *cobra.Command, args []string) error {
+				st, err := lab.LoadState(*dir)
+				if err != nil {
+					return err
+				}
+				if st.Light {
+					return fmt.Errorf("node %s: the light lab's nodes are libvirt test-driver domains inside its CCM; node %s acts on the full lab's guests", action, action)
+				}
+				if !slices.Contains(st.Nodes, args[0]) {
+					return fmt.Errorf("node %s %q: not a node of this lab (%s)", action, args[0], strings.Join(st.Nodes, ", "))
+				}
+				return lab.NodeAction(args[0], action)
+			},
 		})
 	}
 	return cmd
@@ -273,7 +370,11 @@ func benchCmd(dir *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure VIP failover (domain stop -> HTTP answer from another node) and memory; writes JSON",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := errors.Join(positive("--runs", runs), outputFile("--output", output)); err != nil {
+				return err
+			}
 			st, err := lab.LoadState(*dir)
 			if err != nil {
 				return err
@@ -315,7 +416,16 @@ Services hold one IP without sharing a key; that no Node of an existing domain i
 and that the owned routes match the Nodes' pod CIDRs. Each fault kind has a bounded settle
 time; a broken invariant beyond it is a violation. It prints each violation with a
 timestamp and a summary, and removes the Services it made.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := positiveDuration("--duration", opts.Duration); err != nil {
+				return err
+			}
+			if output != "" {
+				if err := outputFile("--json", output); err != nil {
+					return err
+				}
+			}
 			if err := requireRoot(); err != nil {
 				return err
 			}
@@ -365,7 +475,12 @@ the nodes' subnet, as the source-IP tests of externalTrafficPolicy Local require
 It writes junit_01.xml and e2e.log into --junit-dir, prints every selected test with its
 outcome and time, and ends with "N passed, N failed, N skipped"; it exits non-zero when a
 test fails. The default focus and skip are explained in README.md.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := errors.Join(regexpFlag("--focus", opts.Focus), regexpFlag("--skip", opts.Skip),
+				positiveDuration("--timeout", opts.Timeout), outputDir("--junit-dir", opts.ReportDir)); err != nil {
+				return err
+			}
 			if err := requireRoot(); err != nil {
 				return err
 			}

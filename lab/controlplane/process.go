@@ -36,6 +36,12 @@ func StartDaemon(logPath, bin string, args ...string) (*Process, error) {
 	return startCommand(context.Background(), logPath, exec.Command(bin, args...), true)
 }
 
+// StartDaemonCommand is StartDaemon for a prepared command (extra files,
+// environment); its Stdout and Stderr are set to the log.
+func StartDaemonCommand(logPath string, cmd *exec.Cmd) (*Process, error) {
+	return startCommand(context.Background(), logPath, cmd, true)
+}
+
 func startCommand(ctx context.Context, logPath string, cmd *exec.Cmd, daemon bool) (*Process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

@@ -1,0 +1,272 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/labcloud/labcloud/examples"
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider"
+)
+
+// MaxNodes is the most guests a full lab boots: one DHCP lease each from
+// the network's range.
+const MaxNodes = dhcpLast - dhcpFirst + 1
+
+// Default times up waits for every Node to be Ready, initialized and routed.
+const (
+	DefaultWait      = 6 * time.Minute
+	defaultLightWait = 3 * time.Minute // plus 100 ms per node
+)
+
+// Options configure Up and UpLight.
+type Options struct {
+	Nodes int
+	Dir   string
+	// Light runs no guests and no libvirtd (UpLight).
+	Light bool
+	// Wait is how long up waits for the Nodes; 0 means DefaultWait, or for
+	// a light lab 3 minutes plus 100 ms per node.
+	Wait time.Duration
+	// CCMFlags are appended to the CCM's command line as examples/ ships it.
+	CCMFlags []string
+	// CloudConfig is a cloud-config file the CCM reads instead of the one
+	// the lab writes (full lab only); see CheckLabCloudConfig.
+	CloudConfig string
+	// Repo is a labcloud checkout to build missing binaries from; default
+	// the current directory when it is one.
+	Repo string
+	// Out receives progress lines.
+	Out io.Writer
+	// HostListener, when set, is a listening TCP socket in the host's
+	// network namespace: up starts a forwarder that accepts on it and dials
+	// the API server in the lab's namespace, so the lab's kubeconfig works
+	// from the host.
+	HostListener *os.File
+}
+
+// FlagError is a rejected command-line value: the flag, the value and why.
+type FlagError struct {
+	Flag, Value, Reason string
+}
+
+func (e *FlagError) Error() string {
+	return fmt.Sprintf("%s %s: %s", e.Flag, e.Value, e.Reason)
+}
+
+// Validate checks every option before anything is made: node counts
+// against the full and light maxima, the wait, the extra CCM flags and the
+// custom cloud config (read and validated here). It returns every problem
+// at once, each a *FlagError naming the flag.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(flag string, value any, reason string) {
+		errs = append(errs, &FlagError{Flag: flag, Value: fmt.Sprint(value), Reason: reason})
+	}
+	if o.Light {
+		if o.Nodes < 1 || o.Nodes > MaxLightNodes {
+			bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d with --light", MaxLightNodes))
+		}
+	} else if o.Nodes < 1 || o.Nodes > MaxNodes {
+		bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d guests (one DHCP lease each from %s.%d-%d); --light simulates up to %d", MaxNodes, subnet, dhcpFirst, dhcpLast, MaxLightNodes))
+	}
+	if o.Wait < 0 {
+		bad("--wait", o.Wait, "must be positive")
+	}
+	if o.Dir == "" {
+		bad("--state-dir", `""`, "must name a directory")
+	}
+	if err := CheckCCMFlags(o.CCMFlags); err != nil {
+		errs = append(errs, err)
+	}
+	if o.CloudConfig != "" {
+		if o.Light {
+			bad("--cloud-config", o.CloudConfig, "only for the full lab: the light lab's CCM reads a libvirt test-driver fixture that up writes, and it has no bridge for routes or load balancers")
+		} else if _, err := LoadLabCloudConfig(o.CloudConfig); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitFor is how long up waits for n nodes.
+func (o Options) waitFor(n int) time.Duration {
+	switch {
+	case o.Wait > 0:
+		return o.Wait
+	case o.Light:
+		return defaultLightWait + time.Duration(n)*100*time.Millisecond
+	}
+	return DefaultWait
+}
+
+var ccmFlagSyntax = regexp.MustCompile(`^--[a-z0-9][a-z0-9-]*(=.*)?$`)
+
+// CheckCCMFlags checks extra CCM flags without running the CCM: each is one
+// word, --name or --name=value, and none names a flag of the shipped
+// command line (examples/libvirt-cloud-controller-manager.service), which
+// the lab never removes or overrides.
+func CheckCCMFlags(flags []string) error {
+	shipped, err := shippedCCMFlags()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range flags {
+		name, _, _ := strings.Cut(f, "=")
+		switch {
+		case !ccmFlagSyntax.MatchString(f):
+			errs = append(errs, &FlagError{"--ccm-flag", f, "want one word --name or --name=value (e.g. --ccm-flag=--v=4)"})
+		case name == "--help" || name == "--version":
+			errs = append(errs, &FlagError{"--ccm-flag", f, "would make the CCM print and exit"})
+		case name == "--cloud-config":
+			errs = append(errs, &FlagError{"--ccm-flag", f, "the shipped command line sets --cloud-config; use labcloud up --cloud-config FILE"})
+		case shipped[name]:
+			errs = append(errs, &FlagError{"--ccm-flag", f, fmt.Sprintf("the shipped command line (examples/libvirt-cloud-controller-manager.service) sets %s; the lab runs the CCM as shipped and only adds flags", name)})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func shippedCCMFlags() (map[string]bool, error) {
+	args, err := examples.CCMArgs(map[string]string{examples.UnitKubeconfig: "kubeconfig", examples.UnitCloudConfig: "cloud-config.yaml"})
+	if err != nil {
+		return nil, fmt.Errorf("the CCM's command line from examples/: %w", err)
+	}
+	out := map[string]bool{}
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		out[name] = true
+	}
+	return out, nil
+}
+
+// ParseCCMFlags has the CCM binary parse extra flags, names and values,
+// without starting it (it parses its flags, then prints its help): an
+// unknown flag or a malformed value is rejected before the lab is touched.
+func ParseCCMFlags(ctx context.Context, bin string, flags []string) error {
+	if len(flags) == 0 {
+		return nil
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, append(append([]string{}, flags...), "--help")...)
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		// cobra prints the usage, then "Error: ..." (or that first).
+		why := ""
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if e, ok := strings.CutPrefix(strings.TrimSpace(l), "Error: "); ok {
+				why = e
+				break
+			}
+			if l = strings.TrimSpace(l); l != "" {
+				why = l
+			}
+		}
+		return &FlagError{"--ccm-flag", strings.Join(flags, " "), fmt.Sprintf("%s refuses it: %s (%v)", filepath.Base(bin), why, err)}
+	}
+	return nil
+}
+
+// FindCCMBinary returns the CCM binary up would run when one is already
+// built (next to this executable, or in the cache), without building it.
+func FindCCMBinary() (string, bool) {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	for _, d := range append(dirs, filepath.Join(CacheDir(), "bin")) {
+		if p := filepath.Join(d, "libvirt-cloud-controller-manager"); isFile(p) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// LoadLabCloudConfig reads a custom cloud config for the full lab: it must
+// pass the CCM's own validation (provider.LoadConfigFile) and fit the lab
+// (CheckLabCloudConfig). Errors name --cloud-config, the file and the field.
+func LoadLabCloudConfig(path string) ([]byte, error) {
+	bad := func(err error) error { return &FlagError{"--cloud-config", path, err.Error()} }
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, bad(err)
+	}
+	cfg, err := provider.LoadConfigFile(path)
+	if err != nil {
+		return nil, bad(err)
+	}
+	if err := CheckLabCloudConfig(cfg); err != nil {
+		return nil, bad(err)
+	}
+	return data, nil
+}
+
+// CheckLabCloudConfig checks that a valid cloud config fits the full lab.
+// The CCM reads the file as it is, so it must name what the lab is made of:
+// the lab's libvirtd, its network, and its bridge for routes (up waits for
+// them, and status and chaos read them by protocol 76 in the main table).
+// Load balancers may be off (no loadBalancer section) or on the lab's
+// bridge with pools clear of the gateway and the DHCP range. Everything
+// else (region, zone, address sources, instance types, resync, metric,
+// pools) is the learner's to change.
+func CheckLabCloudConfig(cfg provider.Config) error {
+	var errs []error
+	bad := func(field string, value any, why string) {
+		errs = append(errs, fmt.Errorf("%s: %q %s", field, fmt.Sprint(value), why))
+	}
+	if len(cfg.Hypervisors) != 1 || cfg.Hypervisors[0].URI != labURI {
+		uris := []string{}
+		for _, h := range cfg.Hypervisors {
+			uris = append(uris, h.URI)
+		}
+		bad("hypervisors", strings.Join(uris, ","), "must be exactly one, uri "+labURI+" (the lab's libvirtd)")
+	}
+	if len(cfg.Networks) > 0 && !slices.Contains(cfg.Networks, NetworkName) {
+		bad("networks", strings.Join(cfg.Networks, ","), "must be empty or list the lab's network "+NetworkName)
+	}
+	if cfg.Routes.Bridge != Bridge {
+		bad("routes.bridge", cfg.Routes.Bridge, "must be the lab's bridge "+Bridge+": pods on different nodes reach each other only through the CCM's routes, and up waits for them")
+	}
+	if p := cfg.Routes.Protocol; p != 0 && p != int(netroutes.DefaultProtocol) {
+		bad("routes.protocol", p, fmt.Sprintf("must be %d (or unset): up, status and chaos read the lab's routes by it", netroutes.DefaultProtocol))
+	}
+	if cfg.Routes.Table != 0 {
+		bad("routes.table", cfg.Routes.Table, "must be 0 (main): up, status and chaos read the lab's routes there")
+	}
+	if lbc := cfg.LoadBalancer; lbc.Bridge != "" {
+		if lbc.Bridge != Bridge {
+			bad("loadBalancer.bridge", lbc.Bridge, "must be the lab's bridge "+Bridge+" (or leave loadBalancer out)")
+		}
+		if pools, err := lb.NewPools(lbc.Pools); err == nil {
+			for _, a := range reservedAddrs() {
+				if p, ok := pools.For(a); ok {
+					bad("loadBalancer.pools", p.Name(), fmt.Sprintf("holds %s, the lab's gateway or DHCP range (%s.%d-%d)", a, subnet, dhcpFirst, dhcpLast))
+					break
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reservedAddrs are the bridge's address and the DHCP range.
+func reservedAddrs() []netip.Addr {
+	out := []netip.Addr{netip.MustParseAddr(Gateway)}
+	for i := dhcpFirst; i <= dhcpLast; i++ {
+		out = append(out, netip.MustParseAddr(fmt.Sprintf("%s.%d", subnet, i)))
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labcloud/labcloud/provider"
+)
+
+// labConfigYAML is a custom cloud config that fits the lab: another
+// region, zone, address order, instance types and pool.
+const labConfigYAML = `region: learners
+hypervisors: [{uri: "qemu:///system", zone: bench-1}]
+networks: [labcloud]
+addressSources: [arp, dhcp-leases]
+instanceTypes: {sizes: [{name: tiny, vcpus: 2, memoryMiB: 1024}]}
+routes: {bridge: lcbr0, metric: 100}
+loadBalancer: {bridge: lcbr0, pools: [{name: mine, addresses: [10.123.0.208/29]}]}
+`
+
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestValidate(t *testing.T) {
+	good := writeFile(t, "good.yaml", labConfigYAML)
+	fileWith := func(name, from, to string) string {
+		return writeFile(t, name, strings.Replace(labConfigYAML, from, to, 1))
+	}
+	ok := Options{Nodes: 3, Dir: "/tmp/lab"}
+	for _, tt := range []struct {
+		name string
+		edit func(*Options)
+		want []string // substrings of the error; none: valid
+	}{
+		{"defaults", func(*Options) {}, nil},
+		{"most guests", func(o *Options) { o.Nodes = MaxNodes }, nil},
+		{"no guests", func(o *Options) { o.Nodes = 0 }, []string{"--nodes 0", "1..100"}},
+		{"more guests than leases", func(o *Options) { o.Nodes = MaxNodes + 1 }, []string{"--nodes 101", "DHCP"}},
+		{"light zero", func(o *Options) { o.Light, o.Nodes = true, 0 }, []string{"--nodes 0", "--light"}},
+		{"light many", func(o *Options) { o.Light, o.Nodes = true, MaxLightNodes }, nil},
+		{"light too many", func(o *Options) { o.Light, o.Nodes = true, MaxLightNodes+1 }, []string{"--nodes 10001"}},
+		{"negative wait", func(o *Options) { o.Wait = -time.Second }, []string{"--wait -1s"}},
+		{"no state dir", func(o *Options) { o.Dir = "" }, []string{"--state-dir"}},
+		{"extra CCM flags", func(o *Options) {
+			o.CCMFlags = []string{"--v=4", "--concurrent-node-syncs=2", "--feature-gates=A=true,B=false"}
+		}, nil},
+		{"CCM flag without dashes", func(o *Options) { o.CCMFlags = []string{"v=4"} }, []string{"--ccm-flag v=4", "--name=value"}},
+		{"CCM flag two words", func(o *Options) { o.CCMFlags = []string{"--v 4"} }, []string{"--ccm-flag --v 4"}},
+		{"CCM flag overriding the unit", func(o *Options) { o.CCMFlags = []string{"--leader-elect=false"} }, []string{"--ccm-flag --leader-elect=false", "shipped"}},
+		{"CCM flag overriding the kubeconfig", func(o *Options) { o.CCMFlags = []string{"--kubeconfig=/x"} }, []string{"--ccm-flag --kubeconfig=/x"}},
+		{"CCM cloud config by flag", func(o *Options) { o.CCMFlags = []string{"--cloud-config=/x"} }, []string{"--ccm-flag --cloud-config=/x", "up --cloud-config"}},
+		{"CCM help", func(o *Options) { o.CCMFlags = []string{"--help"} }, []string{"--ccm-flag --help"}},
+		{"cloud config", func(o *Options) { o.CloudConfig = good }, nil},
+		{"cloud config light", func(o *Options) { o.Light, o.CloudConfig = true, good }, []string{"--cloud-config " + good, "full lab"}},
+		{"cloud config missing", func(o *Options) { o.CloudConfig = "/nonexistent/cc.yaml" }, []string{"--cloud-config /nonexistent/cc.yaml", "no such file"}},
+		{"cloud config unknown field", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "region:", "regoin:") }, []string{"--cloud-config", "regoin"}},
+		{"cloud config bad field", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "zone: bench-1", "zone: 'not a label'") }, []string{"--cloud-config", "hypervisors[0].zone"}},
+		{"cloud config other hypervisor", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "qemu:///system", "qemu:///session") }, []string{"--cloud-config", "hypervisors", "qemu:///session"}},
+		{"cloud config other network", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "networks: [labcloud]", "networks: [default]") }, []string{"networks", `"default"`}},
+		{"cloud config without routes", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "routes: {bridge: lcbr0, metric: 100}\n", "") }, []string{"routes.bridge"}},
+		{"cloud config other protocol", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "metric: 100", "protocol: 77") }, []string{"routes.protocol", "77"}},
+		{"cloud config other table", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "metric: 100", "table: 100") }, []string{"routes.table"}},
+		{"cloud config other LB bridge", func(o *Options) {
+			o.CloudConfig = fileWith("f.yaml", "loadBalancer: {bridge: lcbr0", "loadBalancer: {bridge: virbr0")
+		}, []string{"loadBalancer.bridge", "virbr0"}},
+		{"cloud config pool in the DHCP range", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "10.123.0.208/29", "10.123.0.190-10.123.0.210") }, []string{"loadBalancer.pools", "mine", "10.123.0.190"}},
+		{"cloud config pool holding the gateway", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "10.123.0.208/29", "10.123.0.1") }, []string{"loadBalancer.pools", "10.123.0.1"}},
+		{"cloud config without load balancers", func(o *Options) {
+			o.CloudConfig = fileWith("f.yaml", "loadBalancer: {bridge: lcbr0, pools: [{name: mine, addresses: [10.123.0.208/29]}]}\n", "")
+		}, nil},
+		{"everything wrong at once", func(o *Options) { o.Nodes, o.Wait, o.CCMFlags = 0, -1, []string{"x"} }, []string{"--nodes 0", "--wait", "--ccm-flag x"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := ok
+			tt.edit(&o)
+			err := o.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want an error with %q", tt.want)
+			}
+			var fe *FlagError
+			if !errors.As(err, &fe) {
+				t.Errorf("error %v names no flag (%T)", err, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestWaitFor(t *testing.T) {
+	for _, tt := range []struct {
+		o    Options
+		n    int
+		want time.Duration
+	}{
+		{Options{}, 3, DefaultWait},
+		{Options{Wait: time.Minute}, 3, time.Minute},
+		{Options{Light: true}, 1000, 3*time.Minute + 100*time.Second},
+		{Options{Light: true, Wait: 10 * time.Second}, 1000, 10 * time.Second},
+	} {
+		if got := tt.o.waitFor(tt.n); got != tt.want {
+			t.Errorf("%+v.waitFor(%d) = %s, want %s", tt.o, tt.n, got, tt.want)
+		}
+	}
+}
+
+// The lab's own cloud configs are marshalled provider.Configs: they must
+// load back unchanged through the CCM's parser, and the full lab's must
+// pass the check custom configs get.
+func TestLabCloudConfigsLoad(t *testing.T) {
+	st := &State{Dir: "/var/lib/labcloud/lab", Light: true}
+	for name, cfg := range map[string]provider.Config{"full": labCloudConfig(), "light": lightCloudConfig(st)} {
+		data, err := marshalCloudConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := provider.LoadConfigFile(writeFile(t, name+".yaml", string(data)))
+		if err != nil {
+			t.Fatalf("%s: the CCM rejects the lab's cloud config: %v\n%s", name, err, data)
+		}
+		if !reflect.DeepEqual(got, cfg) {
+			t.Errorf("%s: loads as\n%+v\nwant\n%+v\nfrom\n%s", name, got, cfg, data)
+		}
+		if name == "full" {
+			if err := CheckLabCloudConfig(got); err != nil {
+				t.Errorf("the lab's own cloud config does not fit the lab: %v", err)
+			}
+			if got.Routes.Bridge != Bridge || got.LoadBalancer.Bridge != Bridge || got.Hypervisors[0].URI != labURI {
+				t.Errorf("full lab config %+v", got)
+			}
+		} else if !got.UsesGuestAgent() || got.Routes.Bridge != "" || got.Hypervisors[0].URI != "test:///var/lib/labcloud/lab/fixture.xml" {
+			t.Errorf("light lab config %+v", got)
+		}
+	}
+}
+
+func TestParseCCMFlags(t *testing.T) {
+	ctx := context.Background()
+	// A stand-in that fails the way cobra does: usage, then "Error: ...".
+	fake := writeFile(t, "ccm", "#!/bin/sh\nfor a; do case $a in --bad*) printf 'Usage:\\n  ccm [flags]\\n\\nError: unknown flag: %s\\n' \"$a\" >&2; exit 1;; esac; done\nexit 0\n")
+	if err := os.Chmod(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := ParseCCMFlags(ctx, fake, []string{"--v=4"}); err != nil {
+		t.Errorf("good flag: %v", err)
+	}
+	err := ParseCCMFlags(ctx, fake, []string{"--v=4", "--bad-one"})
+	if err == nil || !strings.Contains(err.Error(), "--ccm-flag") || !strings.Contains(err.Error(), "unknown flag: --bad-one") {
+		t.Errorf("bad flag: err = %v, want --ccm-flag and the CCM's reason", err)
+	}
+
+	// The real CCM, when make build has made it.
+	_, file, _, _ := runtime.Caller(0)
+	real := filepath.Join(filepath.Dir(file), "..", "bin", "libvirt-cloud-controller-manager")
+	if !isFile(real) {
+		t.Skipf("no %s (make build): checked the stand-in only", real)
+	}
+	if err := ParseCCMFlags(ctx, real, []string{"--v=4", "--concurrent-node-syncs=3"}); err != nil {
+		t.Errorf("real CCM, good flags: %v", err)
+	}
+	for flag, why := range map[string]string{"--no-such-flag": "unknown flag: --no-such-flag", "--v=abc": `invalid argument "abc"`} {
+		if err := ParseCCMFlags(ctx, real, []string{flag}); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("real CCM, %s: err = %v, want %q", flag, err, why)
+		}
+	}
+}
