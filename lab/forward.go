@@ -148,13 +148,26 @@ func (u *upRun) startForwarder(ctx context.Context) error {
 		return err
 	}
 	u.st.HostKubeconfig, u.st.HostAPIServer = kc, server
-	if err := waitReadyz(ctx, kc, 15*time.Second); err != nil {
-		if p.Exited() {
-			return fmt.Errorf("the API server forwarder exited:\n%s", p.Tail(10))
-		}
-		return fmt.Errorf("the API server through %s: %w", server, err)
+	// The host's loopback cannot be dialled from here (the lab's
+	// namespace): CheckHostAPIServer, run by up on the host, checks the
+	// forwarder end to end.
+	if p.Exited() {
+		return fmt.Errorf("the API server forwarder exited:\n%s", p.Tail(10))
 	}
 	fmt.Fprintf(u.opts.Out, "           API server on the host at %s (kubeconfig %s)\n", server, kc)
+	return nil
+}
+
+// CheckHostAPIServer waits until the lab's API server answers /readyz
+// through the forwarder on the host's loopback. Run it in the host's
+// namespace.
+func CheckHostAPIServer(ctx context.Context, st *State) error {
+	if st.HostKubeconfig == "" {
+		return nil // a lab from before the forwarder
+	}
+	if err := waitReadyz(ctx, st.HostKubeconfig, 15*time.Second); err != nil {
+		return fmt.Errorf("the API server through %s (the host's loopback): %w; see labcloud logs %s", st.HostAPIServer, err, forwarderPid)
+	}
 	return nil
 }
 

@@ -188,14 +188,22 @@ func upCmd(dir *string) *cobra.Command {
 				}
 				return fmt.Errorf("up: %w", err)
 			}
+			// Here, in the host's namespace, the forwarder is checked end to end.
+			st, err := lab.LoadState(*dir)
+			if err == nil {
+				err = lab.CheckHostAPIServer(cmd.Context(), st)
+			}
+			if err != nil {
+				if !keep {
+					fmt.Fprintln(cmd.ErrOrStderr(), "labcloud up failed; removing what it made (use --keep-on-failure to inspect)")
+					_ = lab.Down(*dir, cmd.ErrOrStderr())
+				}
+				return fmt.Errorf("up: %w", err)
+			}
 			if !opts.Light { // a light up ends with a status summary of its own
 				if err := inNetns(cmd.Context(), "status", "--state-dir", *dir); err != nil {
 					return err
 				}
-			}
-			st, err := lab.LoadState(*dir)
-			if err != nil {
-				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "\nFrom the host: export KUBECONFIG=%s (labcloud kubeconfig prints it)\n"+
 				"Inside the lab's namespace: labcloud exec -- CMD (kubectl on its PATH); logs: labcloud logs\n", st.HostKubeconfig)

@@ -257,6 +257,19 @@ func TestLab(t *testing.T) {
 			}
 		}
 	}
+	// From the host's own namespace, with the kubeconfig labcloud prints:
+	// the API server answers through the forwarder on the host's loopback.
+	kc := filepath.Join(t.TempDir(), "host.kubeconfig")
+	if err := os.WriteFile(kc, []byte(l.must(time.Minute, "kubeconfig")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := lab.LoadState(l.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(st.Tools, "kubectl"), "--kubeconfig", kc, "get", "nodes", "-o", "name").CombinedOutput(); err != nil || strings.Count(string(out), "node/") != 2 {
+		t.Errorf("kubectl from the host with labcloud kubeconfig: %v\n%s", err, out)
+	}
 	versions := l.mustKubectl("get", "nodes", "-o", `jsonpath={.items[*].status.nodeInfo.kubeletVersion}`)
 	if strings.Fields(versions)[0] != "v1.36.3" || len(strings.Fields(versions)) != 2 {
 		t.Errorf("kubelet versions %q, want v1.36.3 on both nodes", versions)
@@ -380,7 +393,7 @@ func TestLab(t *testing.T) {
 	})
 
 	// down removes everything, twice.
-	st, err := lab.LoadState(l.dir)
+	st, err = lab.LoadState(l.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
