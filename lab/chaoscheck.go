@@ -58,8 +58,10 @@ type SnapNode struct {
 	Name     string
 	UID      string
 	Excluded bool // node.kubernetes.io/exclude-from-external-load-balancers
-	// Reported is the Ready condition's last heartbeat.
+	// Reported is the Ready condition's last heartbeat; NotReady, that the
+	// report said the node is not Ready.
 	Reported    time.Time
+	NotReady    bool
 	PodCIDRs    []netip.Prefix
 	InternalIPs []netip.Addr
 	Addresses   []netip.Addr // all addresses, any type
@@ -119,13 +121,13 @@ func Evaluate(prev, cur *Snapshot) []Condition {
 
 // eligibleMACs maps the MAC of each node that may answer for a VIP to the
 // node: its domain runs, it is not excluded from load balancers, and it has
-// reported since its domain last went down (before that its status is the
+// reported Ready since its domain last went down (before that its status is the
 // one from before; the guest is still booting).
 func eligibleMACs(s *Snapshot) map[string]string {
 	out := map[string]string{}
 	for _, n := range s.Nodes {
 		d, ok := s.Domains[n.Name]
-		if !ok || !d.Running || n.Excluded || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) {
+		if !ok || !d.Running || n.Excluded || n.NotReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) {
 			continue
 		}
 		out[d.MAC] = n.Name

@@ -191,9 +191,15 @@ func TestEligibleMACs(t *testing.T) {
 	if len(got) != 1 || got[mac1] != "n1" {
 		t.Errorf("eligible = %v, want only n1", got)
 	}
-	s.Nodes[1].Reported = t0.Add(6 * time.Second)
+	// A rebooted kubelet's first report says NotReady: still not eligible
+	// (no node may answer through a node that says it is not Ready).
+	s.Nodes[1].Reported, s.Nodes[1].NotReady = t0.Add(6*time.Second), true
+	if got := eligibleMACs(s); len(got) != 1 || got[mac1] != "n1" {
+		t.Errorf("eligible after n2 reported NotReady = %v, want only n1", got)
+	}
+	s.Nodes[1].NotReady = false
 	if got := eligibleMACs(s); len(got) != 2 {
-		t.Errorf("eligible after n2 reported = %v, want both", got)
+		t.Errorf("eligible after n2 reported Ready = %v, want both", got)
 	}
 }
 

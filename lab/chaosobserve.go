@@ -287,7 +287,7 @@ func snapNode(n *v1.Node) SnapNode {
 	_, sn.Excluded = n.Labels[excludeLBLabel]
 	for _, c := range n.Status.Conditions {
 		if c.Type == v1.NodeReady {
-			sn.Reported = c.LastHeartbeatTime.Time
+			sn.Reported, sn.NotReady = c.LastHeartbeatTime.Time, c.Status != v1.ConditionTrue
 		}
 	}
 	cidrs := n.Spec.PodCIDRs
