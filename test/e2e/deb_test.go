@@ -90,16 +90,7 @@ func TestDebPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &ccm{proc: p, dir: tmp, securePort: defaultSecurePort}
-	env.ccmMu.Lock()
-	env.ccms = append(env.ccms, c)
-	env.ccmMu.Unlock()
-	t.Cleanup(func() {
-		p.Stop()
-		if t.Failed() {
-			t.Logf("CCM log tail:\n%s", p.Tail(40))
-		}
-		releaseLeaseIfLast(t, c)
-	})
+	trackCCM(t, c)
 
 	// It runs the unit's command line, word for word (unshare and sh exec
 	// into it).

@@ -180,16 +180,7 @@ func startCCM(t testing.TB, cloudConfig string, extraArgs ...string) *ccm {
 		t.Fatal(err)
 	}
 	c.proc = p
-	env.ccmMu.Lock()
-	env.ccms = append(env.ccms, c)
-	env.ccmMu.Unlock()
-	t.Cleanup(func() {
-		p.Stop()
-		if t.Failed() {
-			t.Logf("CCM log tail:\n%s", p.Tail(40))
-		}
-		releaseLeaseIfLast(t, c)
-	})
+	trackCCM(t, c)
 	return c
 }
 
@@ -348,4 +339,19 @@ func nodeSummary(n *v1.Node) string {
 func reconnect() (*libvirt.Connect, error) {
 	env.virt.Close()
 	return libvirt.NewConnect("qemu:///system")
+}
+
+// trackCCM registers a started CCM with the suite and stops it when the test
+// ends, showing its log tail if the test failed.
+func trackCCM(t testing.TB, c *ccm) {
+	env.ccmMu.Lock()
+	env.ccms = append(env.ccms, c)
+	env.ccmMu.Unlock()
+	t.Cleanup(func() {
+		c.proc.Stop()
+		if t.Failed() {
+			t.Logf("CCM log tail:\n%s", c.proc.Tail(40))
+		}
+		releaseLeaseIfLast(t, c)
+	})
 }
