@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // Placement and failover: which node answers each VIP. Every pass takes a
@@ -59,6 +61,9 @@ type nodeFacts struct {
 	state libvirtcloud.State
 	mac   net.HardwareAddr // the domain's NIC on the bridge; nil if none
 	fresh bool             // from a hypervisor that answered in this pass
+	// downEvent is when a libvirt event took the domain down; zero if it
+	// runs or went down unseen by an event.
+	downEvent time.Time
 }
 
 type placement struct {
@@ -244,6 +249,17 @@ func (p *placement) sync(ctx context.Context, svc *v1.Service) {
 type snapshot struct {
 	facts       map[string]nodeFacts // eligible-by-node-state Nodes
 	unavailable bool                 // some hypervisor could not be asked
+
+	// What tells why a VIP left a node, and which node a MAC is.
+	listed map[string]*v1.Node  // every Node
+	known  map[string]nodeFacts // every Node's domain facts known now
+	byMAC  map[string]macHolder // by MAC: this pass's facts, else the last pass's
+}
+
+// macHolder is the node whose domain has a MAC, and that domain's facts.
+type macHolder struct {
+	node  string
+	facts nodeFacts
 }
 
 // pass places every VIP and applies the result.
@@ -315,30 +331,79 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		mac := snap.facts[to].mac
 		if bytes.Equal(now, mac) {
 			if given != nil {
-				_ = p.ann.Set(ip, mac) // repairs a neighbour entry that failed before
+				_ = p.ann.SetAfter(ip, mac, time.Time{}) // repairs a neighbour entry that failed before
 			}
 			continue
 		}
-		if err := p.ann.Set(ip, mac); err != nil {
+		var (
+			reason string
+			cause  time.Time
+		)
+		if now != nil {
+			reason, cause = p.moveReason(snap, now, want[ip])
+		}
+		if err := p.ann.SetAfter(ip, mac, cause); err != nil {
 			log.Error(err, "Announcing VIP", "ip", ip, "node", to)
 		}
 		if now == nil {
 			p.event(hs, given, v1.EventTypeNormal, ReasonAnnounced, "%s announced via node %s (%s)", ip, to, mac)
 			continue
 		}
-		if from == "" {
+		metrics.VIPMoves.WithLabelValues(reason).Inc()
+		if h, ok := snap.byMAC[now.String()]; ok {
+			from = h.node
+		} else {
 			from = now.String()
 		}
-		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac)
+		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac, "reason", reason)
 		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
 	}
+}
+
+// moveReason tells why the node answering for a VIP with mac no longer
+// wins it (eligible are the nodes that may answer it now) and, when a
+// libvirt event took its domain down, when that event came: the start of
+// the failover the announcer times.
+func (p *placement) moveReason(snap snapshot, mac net.HardwareAddr, eligible []string) (string, time.Time) {
+	h, ok := snap.byMAC[mac.String()]
+	if !ok {
+		return metrics.MoveUnknown, time.Time{}
+	}
+	n, listed := snap.listed[h.node]
+	if !listed || n.DeletionTimestamp != nil {
+		return metrics.MoveNodeDeleted, time.Time{}
+	}
+	f, known := snap.known[h.node]
+	if !known {
+		// The hypervisor says the domain is gone: it went down last pass
+		// or was undefined since.
+		return metrics.MoveDomainDown, h.facts.downEvent
+	}
+	if !p.eligible(h.node, f) {
+		return metrics.MoveDomainDown, f.downEvent
+	}
+	if _, excluded := n.Labels[excludeLabel]; excluded {
+		return metrics.MoveNodeExcluded, time.Time{}
+	}
+	if !nodeReady(n) {
+		return metrics.MoveNodeNotReady, time.Time{}
+	}
+	if !slices.Contains(eligible, h.node) {
+		return metrics.MoveEndpoints, time.Time{}
+	}
+	return metrics.MoveRebalance, time.Time{}
 }
 
 // snapshot reads the Nodes that may answer (Ready, not excluded, not being
 // deleted) and their domains. A Node whose hypervisor cannot be asked keeps
 // its last known facts.
 func (p *placement) snapshot(ctx context.Context) snapshot {
-	snap := snapshot{facts: map[string]nodeFacts{}}
+	snap := snapshot{facts: map[string]nodeFacts{}, listed: map[string]*v1.Node{}, known: map[string]nodeFacts{}, byMAC: map[string]macHolder{}}
+	for name, f := range p.known {
+		if f.mac != nil {
+			snap.byMAC[f.mac.String()] = macHolder{node: name, facts: f}
+		}
+	}
 	all, err := p.nodes.List(labels.Everything())
 	if err != nil {
 		return snap
@@ -346,10 +411,11 @@ func (p *placement) snapshot(ctx context.Context) snapshot {
 	seen := map[string]bool{}
 	for _, n := range all {
 		seen[n.Name] = true
+		snap.listed[n.Name] = n
 		d, _, err := p.instances.find(ctx, n)
 		switch {
 		case err == nil:
-			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true}
+			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true, downEvent: d.DownEventAt}
 			p.known[n.Name] = f
 			if d.State.Down() {
 				p.mu.Lock()
@@ -363,14 +429,21 @@ func (p *placement) snapshot(ctx context.Context) snapshot {
 		default:
 			snap.unavailable = true
 		}
+		f, ok := p.known[n.Name]
+		if ok {
+			if err != nil {
+				f.fresh = false
+			}
+			snap.known[n.Name] = f
+			if f.mac != nil {
+				snap.byMAC[f.mac.String()] = macHolder{node: n.Name, facts: f}
+			}
+		}
 		_, excluded := n.Labels[excludeLabel]
 		if excluded || n.DeletionTimestamp != nil || !nodeReady(n) {
 			continue
 		}
-		if f, ok := p.known[n.Name]; ok {
-			if err != nil {
-				f.fresh = false
-			}
+		if ok {
 			snap.facts[n.Name] = f
 		}
 	}
