@@ -136,7 +136,7 @@ func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, f
 		<-ctx.Done()
 		broadcaster.Shutdown()
 	}()
-	if err := l.place.watch(factory, l.recorder); err != nil {
+	if err := l.place.watch(factory, l.recorder, client); err != nil {
 		return err
 	}
 	if l.role == nil {

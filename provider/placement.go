@@ -14,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -80,6 +81,7 @@ type placement struct {
 	synced   []cache.InformerSynced
 	recorder record.EventRecorder
 	kick     chan struct{}
+	conds    *conditions // writes the Services' Announced condition
 
 	passMu sync.Mutex // one pass at a time; guards known
 
@@ -104,16 +106,19 @@ func newPlacement(bridge string, hvs []Hypervisor, in *instances, alloc *lb.Allo
 		alloc:     alloc,
 		ann:       ann,
 		kick:      make(chan struct{}, 1),
+		conds:     newConditions(),
 		known:     map[string]nodeFacts{},
 		downAt:    map[string]time.Time{},
 		reportAt:  map[string]time.Time{},
 	}
 }
 
-// watch registers the informers placement reads and its event handlers.
-func (p *placement) watch(factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
+// watch registers the informers placement reads and its event handlers;
+// client writes the Services' Announced condition.
+func (p *placement) watch(factory informers.SharedInformerFactory, recorder record.EventRecorder, client kubernetes.Interface) error {
 	svcInf, nodeInf, sliceInf := factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Discovery().V1().EndpointSlices()
 	p.services, p.nodes, p.slices = svcInf.Lister(), nodeInf.Lister(), sliceInf.Lister()
+	p.conds.client, p.conds.services = client, p.services
 	p.synced = []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
 	p.recorder = recorder
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -189,6 +194,7 @@ func (p *placement) run(ctx context.Context) {
 		})
 	}
 	wg.Go(func() { p.watchConnections(ctx) })
+	wg.Go(func() { p.conds.run(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return
 	}
@@ -358,6 +364,7 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac, "reason", reason)
 		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
 	}
+	p.conds.update(p.answers(snap, holders))
 }
 
 // moveReason tells why the node answering for a VIP with mac no longer
@@ -392,6 +399,23 @@ func (p *placement) moveReason(snap snapshot, mac net.HardwareAddr, eligible []s
 		return metrics.MoveEndpoints, time.Time{}
 	}
 	return metrics.MoveRebalance, time.Time{}
+}
+
+// answers says, for each Service holding a claimed VIP, who answers for
+// each of its VIPs now.
+func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[string][]lb.Answer {
+	answering := p.ann.Answering()
+	out := make(map[string][]lb.Answer, len(holders))
+	for ip, hs := range holders {
+		a := lb.Answer{VIP: ip, MAC: answering[ip]}
+		if a.MAC != nil {
+			a.Node = snap.byMAC[a.MAC.String()].node
+		}
+		for _, k := range hs {
+			out[k] = append(out[k], a)
+		}
+	}
+	return out
 }
 
 // snapshot reads the Nodes that may answer (Ready, not excluded, not being
