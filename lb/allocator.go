@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // Sentinels for errors.Is; the typed errors below carry the details and
@@ -110,12 +112,19 @@ type Allocator struct {
 	byShare map[string]map[netip.Addr]bool // scoped sharing key -> addresses under it
 	cursor  map[cursorKey]netip.Addr       // every allocatable address below is held
 	claimed map[netip.Addr]bool            // held addresses verified free on the wire
+	inUse   map[string]int                 // pool name -> held addresses
 }
 
 // NewAllocator returns an empty allocator over pools; nil means no pools.
+// It publishes each pool's size and use as labcloud_lb_pool_addresses and
+// labcloud_lb_pool_addresses_in_use (one allocator per process does).
 func NewAllocator(pools *Pools) *Allocator {
 	if pools == nil {
 		pools = &Pools{}
+	}
+	for _, p := range pools.list {
+		metrics.PoolAddresses.WithLabelValues(p.name).Set(p.Size())
+		metrics.PoolAddressesInUse.WithLabelValues(p.name).Set(0)
 	}
 	return &Allocator{
 		pools:   pools,
@@ -124,7 +133,20 @@ func NewAllocator(pools *Pools) *Allocator {
 		byShare: map[string]map[netip.Addr]bool{},
 		cursor:  map[cursorKey]netip.Addr{},
 		claimed: map[netip.Addr]bool{},
+		inUse:   map[string]int{},
 	}
+}
+
+// used counts ip in (+1) or out (-1) of its pool's addresses in use and
+// returns the pool's name, "" if ip lies in no pool.
+func (a *Allocator) used(ip netip.Addr, delta int) string {
+	p, ok := a.pools.For(ip)
+	if !ok {
+		return ""
+	}
+	a.inUse[p.name] += delta
+	metrics.PoolAddressesInUse.WithLabelValues(p.name).Set(float64(a.inUse[p.name]))
+	return p.name
 }
 
 // scope makes a Service's sharing key local to its namespace: Services
@@ -208,6 +230,11 @@ func (a *Allocator) Allocate(key string, req Request) ([]netip.Addr, error) {
 		}
 	}
 	for _, ip := range ips {
+		if len(a.byIP[ip]) == 0 {
+			if p, ok := a.pools.For(ip); ok {
+				metrics.Allocations.WithLabelValues(p.name).Inc()
+			}
+		}
 		a.hold(key, ip, req)
 	}
 	return ips, nil
@@ -336,6 +363,9 @@ func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
 		hs[i] = h
 		a.unshare(old.sharingKey, ip, hs)
 	} else {
+		if len(hs) == 0 {
+			a.used(ip, +1)
+		}
 		hs = slices.Insert(hs, i, h)
 	}
 	a.byIP[ip] = hs
@@ -361,6 +391,9 @@ func (a *Allocator) drop(key string, ip netip.Addr) {
 	hs = slices.Delete(hs, i, i+1)
 	a.unshare(gone.sharingKey, ip, hs)
 	if len(hs) == 0 {
+		if pool := a.used(ip, -1); pool != "" {
+			metrics.Releases.WithLabelValues(pool).Inc()
+		}
 		delete(a.byIP, ip)
 		delete(a.claimed, ip)
 		// Keep the cursor's promise that everything below it is held.

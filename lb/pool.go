@@ -212,6 +212,52 @@ func (p *Pool) inRange(ip netip.Addr) bool {
 	return false
 }
 
+// Size is the number of addresses the pool can hand out: every address of
+// its ranges, less the .0/.255 ones it avoids. Large IPv6 ranges are
+// counted as a float64, exact up to 2^53.
+func (p *Pool) Size() float64 {
+	var n float64
+	for _, r := range p.ranges {
+		n += rangeSize(r.first, r.last)
+		if p.avoid && r.first.Is4() {
+			a, b := v4(r.first), v4(r.last)
+			n -= float64(congruent(a, b, 0) + congruent(a, b, 255))
+		}
+	}
+	return n
+}
+
+// rangeSize counts the addresses from first to last inclusive.
+func rangeSize(first, last netip.Addr) float64 {
+	f, l := first.As16(), last.As16()
+	var hiF, loF, hiL, loL uint64
+	for i := range 8 {
+		hiF, hiL = hiF<<8|uint64(f[i]), hiL<<8|uint64(l[i])
+		loF, loL = loF<<8|uint64(f[8+i]), loL<<8|uint64(l[8+i])
+	}
+	hi, lo := hiL-hiF, loL-loF
+	if loL < loF {
+		hi-- // borrow
+	}
+	return float64(hi)*(1<<64) + float64(lo) + 1
+}
+
+func v4(ip netip.Addr) int64 {
+	b := ip.As4()
+	return int64(b[0])<<24 | int64(b[1])<<16 | int64(b[2])<<8 | int64(b[3])
+}
+
+// congruent counts the x in [a, b] with x mod 256 == r.
+func congruent(a, b, r int64) int64 {
+	upTo := func(n int64) int64 { // the x in [0, n]
+		if n < r {
+			return 0
+		}
+		return (n-r)/256 + 1
+	}
+	return upTo(b) - upTo(a-1)
+}
+
 func (p *Pool) allocatable(ip netip.Addr) bool {
 	if !p.avoid || !ip.Is4() {
 		return true

@@ -204,8 +204,9 @@ func (h *Hypervisor) refreshLeases() error {
 func (h *Hypervisor) readLeases(c *libvirt.Connect) (map[string][]netip.Addr, error) {
 	names := h.opts.Networks
 	if len(names) == 0 {
-		h.calls.Add(1)
+		start := time.Now()
 		nets, err := c.ListAllNetworks(libvirt.CONNECT_LIST_NETWORKS_ACTIVE)
+		h.called("ListAllNetworks", start)
 		if err != nil {
 			if isUnsupported(err) {
 				return map[string][]netip.Addr{}, nil
@@ -213,8 +214,10 @@ func (h *Hypervisor) readLeases(c *libvirt.Connect) (map[string][]netip.Addr, er
 			return nil, fmt.Errorf("list networks on %s: %w", h.opts.URI, err)
 		}
 		for i := range nets {
-			h.calls.Add(1)
-			if n, err := nets[i].GetName(); err == nil {
+			start := time.Now()
+			n, err := nets[i].GetName()
+			h.called("NetworkGetName", start)
+			if err == nil {
 				names = append(names, n)
 			}
 			nets[i].Free()
@@ -222,12 +225,15 @@ func (h *Hypervisor) readLeases(c *libvirt.Connect) (map[string][]netip.Addr, er
 	}
 	out := map[string][]netip.Addr{}
 	for _, name := range names {
-		h.calls.Add(2)
+		start := time.Now()
 		n, err := c.LookupNetworkByName(name)
+		h.called("LookupNetworkByName", start)
 		if err != nil {
 			return nil, fmt.Errorf("network %q on %s: %w", name, h.opts.URI, err)
 		}
+		start = time.Now()
 		leases, err := n.GetDHCPLeases()
+		h.called("GetDHCPLeases", start)
 		n.Free()
 		if isUnsupported(err) {
 			continue // the test driver keeps no leases
@@ -257,13 +263,16 @@ func (h *Hypervisor) agentAddresses(d Domain, ask bool) ([]netip.Addr, error) {
 	}
 	var addrs []netip.Addr
 	err := h.withConn(func(c *libvirt.Connect) error {
-		h.calls.Add(2)
+		start := time.Now()
 		dom, err := c.LookupDomainByUUIDString(d.UUID)
+		h.called("LookupDomainByUUIDString", start)
 		if err != nil {
 			return err
 		}
 		defer dom.Free()
+		start = time.Now()
 		ifaces, err := dom.ListAllInterfaceAddresses(libvirt.DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT)
+		h.called("ListAllInterfaceAddresses", start)
 		if err != nil {
 			return err
 		}

@@ -84,6 +84,10 @@ type Domain struct {
 	// A Node report older than this predates the guest's current boot. A
 	// pause is not down: the guest resumes where it was.
 	LastDown time.Time
+	// DownEventAt is when the libvirt lifecycle event that took the domain
+	// down (stopped, crashed) reached this process: zero unless the domain
+	// is down and an event, not a listing, showed it going down.
+	DownEventAt time.Time
 }
 
 // carryOver keeps what a fresh description cannot know from prev, the
@@ -92,6 +96,10 @@ func (d *Domain) carryOver(prev Domain, had bool, now time.Time) {
 	d.LastDown = prev.LastDown
 	if d.State.Down() && (!had || !prev.State.Down()) {
 		d.LastDown = now
+	}
+	d.DownEventAt = time.Time{}
+	if had && d.State.Down() && prev.State.Down() {
+		d.DownEventAt = prev.DownEventAt
 	}
 }
 

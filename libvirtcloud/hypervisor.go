@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/metrics"
 )
 
 var (
@@ -65,6 +67,7 @@ type Hypervisor struct {
 	lost    chan struct{}
 	subs    subscribers
 	started chan struct{}
+	stopped chan struct{} // closed when run has returned
 }
 
 // rawEvent is what the libvirt callback hands to the cache loop.
@@ -72,6 +75,7 @@ type rawEvent struct {
 	uuid   string
 	event  libvirt.DomainEventType
 	detail int
+	at     time.Time // when the callback ran
 }
 
 // Open starts maintaining a connection to opts.URI until ctx ends. It does
@@ -95,8 +99,12 @@ func Open(ctx context.Context, opts Options) (*Hypervisor, error) {
 		raw:     make(chan rawEvent, 4096),
 		lost:    make(chan struct{}, 1),
 		started: make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
-	go h.run(ctx)
+	go func() {
+		defer close(h.stopped)
+		h.run(ctx)
+	}()
 	return h, nil
 }
 
@@ -107,8 +115,20 @@ func (h *Hypervisor) Zone() string { return h.opts.Zone }
 func (h *Hypervisor) URI() string { return h.opts.URI }
 
 // Calls is the number of libvirt API calls made so far (for benchmarks and
-// metrics: steady-state lookups must not add to it).
+// tests: steady-state lookups must not add to it).
 func (h *Hypervisor) Calls() uint64 { return h.calls.Load() }
+
+// called counts one libvirt API call, started at start, and observes its
+// latency in labcloud_libvirt_call_duration_seconds.
+func (h *Hypervisor) called(call string, start time.Time) {
+	h.calls.Add(1)
+	metrics.LibvirtCallSeconds.WithLabelValues(call).Observe(time.Since(start).Seconds())
+}
+
+// cached publishes the cache's size. Callers hold mu.
+func (h *Hypervisor) cached() {
+	metrics.LibvirtDomains.WithLabelValues(h.opts.Zone).Set(float64(len(h.domains.byUUID)))
+}
 
 // WaitSynced blocks until the first full listing is cached or ctx ends.
 func (h *Hypervisor) WaitSynced(ctx context.Context) error {
@@ -131,6 +151,7 @@ func (h *Hypervisor) run(ctx context.Context) {
 	log := klog.FromContext(ctx).WithValues("hypervisor", h.opts.URI)
 	backoff := wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: 15 * time.Second, Steps: 1 << 30}
 	delay := time.Duration(0)
+	connected := false // once: later connections are reconnects
 	for {
 		select {
 		case <-ctx.Done():
@@ -144,6 +165,10 @@ func (h *Hypervisor) run(ctx context.Context) {
 			continue
 		}
 		log.Info("Connected to hypervisor")
+		if connected {
+			metrics.LibvirtReconnects.WithLabelValues(h.opts.Zone).Inc()
+		}
+		connected = true
 		backoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: 15 * time.Second, Steps: 1 << 30}
 		delay = 0
 		err = h.serve(ctx, conn)
@@ -159,12 +184,13 @@ func (h *Hypervisor) connect() (*libvirt.Connect, int, error) {
 		conn *libvirt.Connect
 		err  error
 	)
-	h.calls.Add(1)
+	start := time.Now()
 	if h.opts.ReadWrite {
 		conn, err = libvirt.NewConnect(h.opts.URI)
 	} else {
 		conn, err = libvirt.NewConnectReadOnly(h.opts.URI)
 	}
+	h.called("Connect", start)
 	if err != nil {
 		return nil, 0, fmt.Errorf("connect %s: %w", h.opts.URI, err)
 	}
@@ -174,24 +200,32 @@ func (h *Hypervisor) connect() (*libvirt.Connect, int, error) {
 	}
 	// Keepalive only exists on remote connections (the test driver says
 	// it is unsupported); a dead daemon is then noticed within ~15 s.
-	if err := conn.SetKeepAlive(5, 3); err != nil && !isUnsupported(err) {
+	start = time.Now()
+	err = conn.SetKeepAlive(5, 3)
+	h.called("SetKeepAlive", start)
+	if err != nil && !isUnsupported(err) {
 		return fail("set keepalive", err)
 	}
-	if err := conn.RegisterCloseCallback(func(*libvirt.Connect, libvirt.ConnectCloseReason) {
+	start = time.Now()
+	err = conn.RegisterCloseCallback(func(*libvirt.Connect, libvirt.ConnectCloseReason) {
 		select {
 		case h.lost <- struct{}{}:
 		default:
 		}
-	}); err != nil && !isUnsupported(err) {
+	})
+	h.called("RegisterCloseCallback", start)
+	if err != nil && !isUnsupported(err) {
 		return fail("register close callback", err)
 	}
+	start = time.Now()
 	id, err := conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
+		at := time.Now()
 		uuid, err := d.GetUUIDString() // local: the event carries the UUID
 		if err != nil {
 			return
 		}
 		select {
-		case h.raw <- rawEvent{uuid: strings.ToLower(uuid), event: ev.Event, detail: ev.Detail}:
+		case h.raw <- rawEvent{uuid: strings.ToLower(uuid), event: ev.Event, detail: ev.Detail, at: at}:
 		default:
 			// The loop is far behind; a full resync repairs the cache.
 			select {
@@ -200,7 +234,7 @@ func (h *Hypervisor) connect() (*libvirt.Connect, int, error) {
 			}
 		}
 	})
-	h.calls.Add(3)
+	h.called("DomainEventLifecycleRegister", start)
 	if err != nil {
 		return fail("register lifecycle events", err)
 	}
@@ -267,8 +301,9 @@ func (h *Hypervisor) markStarted() {
 // resync rebuilds the domain and lease caches from a full listing and
 // publishes the differences as events.
 func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect) error {
-	h.calls.Add(1)
+	start := time.Now()
 	doms, err := conn.ListAllDomains(0)
+	h.called("ListAllDomains", start)
 	if err != nil {
 		return fmt.Errorf("list domains on %s: %w", h.opts.URI, err)
 	}
@@ -312,6 +347,7 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect) error {
 	}
 	h.agent = map[string]agentAnswer{}
 	h.synced = true
+	h.cached()
 	h.mu.Unlock()
 
 	if leaseErr != nil {
@@ -325,12 +361,15 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect) error {
 
 // describe reads one domain's state and definition (two libvirt calls).
 func (h *Hypervisor) describe(dom *libvirt.Domain) (Domain, error) {
-	h.calls.Add(2)
+	start := time.Now()
 	st, _, err := dom.GetState()
+	h.called("GetState", start)
 	if err != nil {
 		return Domain{}, fmt.Errorf("domain state on %s: %w", h.opts.URI, err)
 	}
+	start = time.Now()
 	desc, err := dom.GetXMLDesc(0)
+	h.called("GetXMLDesc", start)
 	if err != nil {
 		return Domain{}, fmt.Errorf("domain XML on %s: %w", h.opts.URI, err)
 	}
@@ -355,6 +394,9 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 			prev := d
 			d.State = st
 			d.carryOver(prev, true, time.Now())
+			if st.Down() && !prev.State.Down() {
+				d.DownEventAt = ev.at
+			}
 			h.domains.put(d)
 			h.mu.Unlock()
 			h.subs.publish(Event{Domain: d})
@@ -362,6 +404,7 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 		}
 		if ev.event == libvirt.DOMAIN_EVENT_UNDEFINED {
 			h.domains.remove(ev.uuid)
+			h.cached()
 			h.mu.Unlock()
 			h.subs.publish(Event{Domain: d, Removed: true})
 			return
@@ -371,11 +414,13 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 
 	// Refresh the definition: it changes on define and start (bridge names),
 	// and a transient domain disappears on stop without an undefine event.
-	h.calls.Add(1)
+	start := time.Now()
 	dom, err := conn.LookupDomainByUUIDString(ev.uuid)
+	h.called("LookupDomainByUUIDString", start)
 	if isNoDomain(err) {
 		h.mu.Lock()
 		old, had := h.domains.remove(ev.uuid)
+		h.cached()
 		h.mu.Unlock()
 		if had {
 			h.subs.publish(Event{Domain: old, Removed: true})
@@ -395,7 +440,13 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 	h.mu.Lock()
 	prev, had := h.domains.byUUID[fresh.UUID]
 	fresh.carryOver(prev, had, time.Now())
+	if had && fresh.State.Down() && !prev.State.Down() {
+		// An event that implies no state (QEMU's SHUTDOWN as its process
+		// is killed) and a refresh that finds the domain down.
+		fresh.DownEventAt = ev.at
+	}
 	h.domains.put(fresh)
+	h.cached()
 	h.mu.Unlock()
 	if !had || prev.State != fresh.State {
 		h.subs.publish(Event{Domain: fresh})
@@ -444,7 +495,7 @@ func (h *Hypervisor) DomainByUUID(uuid string) (Domain, error) {
 	if ok {
 		return d, nil
 	}
-	return h.lookup(fmt.Sprintf("uuid %s", uuid), func(c *libvirt.Connect) (*libvirt.Domain, error) {
+	return h.lookup(fmt.Sprintf("uuid %s", uuid), "LookupDomainByUUIDString", func(c *libvirt.Connect) (*libvirt.Domain, error) {
 		return c.LookupDomainByUUIDString(uuid)
 	})
 }
@@ -460,18 +511,19 @@ func (h *Hypervisor) DomainByName(name string) (Domain, error) {
 	if ok {
 		return d, nil
 	}
-	return h.lookup(fmt.Sprintf("name %q", name), func(c *libvirt.Connect) (*libvirt.Domain, error) {
+	return h.lookup(fmt.Sprintf("name %q", name), "LookupDomainByName", func(c *libvirt.Connect) (*libvirt.Domain, error) {
 		return c.LookupDomainByName(name)
 	})
 }
 
-// lookup asks the hypervisor for a domain the cache does not hold and
-// caches the answer.
-func (h *Hypervisor) lookup(what string, find func(*libvirt.Connect) (*libvirt.Domain, error)) (Domain, error) {
+// lookup asks the hypervisor for a domain the cache does not hold (with
+// find, the libvirt call named call) and caches the answer.
+func (h *Hypervisor) lookup(what, call string, find func(*libvirt.Connect) (*libvirt.Domain, error)) (Domain, error) {
 	var d Domain
 	err := h.withConn(func(c *libvirt.Connect) error {
-		h.calls.Add(1)
+		start := time.Now()
 		dom, err := find(c)
+		h.called(call, start)
 		if err != nil {
 			return err
 		}
@@ -489,6 +541,7 @@ func (h *Hypervisor) lookup(what string, find func(*libvirt.Connect) (*libvirt.D
 	}
 	h.mu.Lock()
 	_, had := h.domains.put(d)
+	h.cached()
 	h.mu.Unlock()
 	if !had {
 		h.subs.publish(Event{Domain: d})

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/component-base/metrics/testutil"
 	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // openFixture opens the test-driver fixture with several domains: running,
@@ -33,6 +36,9 @@ func openFixture(t *testing.T, opts Options) *Hypervisor {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Later tests count libvirt calls process-wide: this hypervisor's
+	// goroutine must be gone when the test ends.
+	t.Cleanup(func() { cancel(); <-h.stopped })
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	if err := h.WaitSynced(wctx); err != nil {
@@ -183,11 +189,11 @@ func TestAddressSources(t *testing.T) {
 
 func TestUnreachableHypervisorIsAnErrorNotNotFound(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	h, err := Open(ctx, Options{URI: "qemu+unix:///system?socket=" + filepath.Join(t.TempDir(), "no-libvirtd"), Zone: "down"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { cancel(); <-h.stopped }()
 	for _, lookup := range []func() error{
 		func() error { _, err := h.DomainByUUID("11111111-1111-1111-1111-111111111111"); return err },
 		func() error { _, err := h.DomainByName("node-a"); return err },
@@ -203,7 +209,19 @@ func TestUnreachableHypervisorIsAnErrorNotNotFound(t *testing.T) {
 // process, so a read-write connection here drives the events that the
 // read-only Hypervisor must see.
 func TestLifecycleEventsUpdateCacheAndSubscribers(t *testing.T) {
-	h := openFixture(t, Options{URI: "test:///default"})
+	metrics.Register()
+	h := openFixture(t, Options{URI: "test:///default", Zone: "events-zone"})
+	cached := func() float64 {
+		t.Helper()
+		v, err := testutil.GetGaugeMetricValue(metrics.LibvirtDomains.WithLabelValues("events-zone"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if got := cached(); got != 1 {
+		t.Fatalf("cached domains %v, want test:///default's one", got)
+	}
 	events, stop := h.Subscribe()
 	defer stop()
 	admin, err := libvirt.NewConnect("test:///default")
@@ -232,17 +250,25 @@ func TestLifecycleEventsUpdateCacheAndSubscribers(t *testing.T) {
 			}
 		}
 	}
+	before := time.Now()
 	if err := dom.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	wait("stopped", func(e Event) bool { return !e.Removed && e.Domain.State == StateShutOff })
-	if d, err := h.DomainByUUID(uuid); err != nil || d.State != StateShutOff {
+	d, err := h.DomainByUUID(uuid)
+	if err != nil || d.State != StateShutOff {
 		t.Fatalf("after stop: %+v, %v", d, err)
+	}
+	if d.DownEventAt.Before(before) || d.DownEventAt.After(time.Now()) {
+		t.Errorf("DownEventAt = %v, want the stop event's arrival (after %v)", d.DownEventAt, before)
 	}
 	if err := dom.Create(); err != nil {
 		t.Fatal(err)
 	}
 	wait("started", func(e Event) bool { return e.Domain.State == StateRunning })
+	if d, err := h.DomainByUUID(uuid); err != nil || !d.DownEventAt.IsZero() {
+		t.Errorf("running again: DownEventAt = %v (%v), want zero", d.DownEventAt, err)
+	}
 	if err := dom.Destroy(); err != nil {
 		t.Fatal(err)
 	}
@@ -253,4 +279,64 @@ func TestLifecycleEventsUpdateCacheAndSubscribers(t *testing.T) {
 	if _, err := h.DomainByUUID(uuid); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after undefine: err = %v, want ErrNotFound", err)
 	}
+	if got := cached(); got != 0 {
+		t.Errorf("cached domains %v after the undefine, want 0", got)
+	}
 }
+
+// QEMU reports a destroyed or killed domain first with a SHUTDOWN event,
+// which implies no state: the refresh that follows finds it shut off, and
+// the time of the event is kept as when it went down.
+func TestStateFoundDownAfterAnEventKeepsTheEventTime(t *testing.T) {
+	path, err := filepath.Abs("testdata/hosts.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := libvirt.NewConnect("test://" + path) // a private instance
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	h := &Hypervisor{opts: Options{URI: "test://" + path, Zone: "zone-a", Neighbours: noNeighbours},
+		domains: newIndex(), leases: map[string][]netip.Addr{}, agent: map[string]agentAnswer{}}
+	ctx := context.Background()
+	if err := h.resync(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	cached := func(name string) Domain { // the cache, without a live connection
+		t.Helper()
+		for _, d := range h.Domains() {
+			if d.Name == name {
+				return d
+			}
+		}
+		t.Fatalf("%s not cached", name)
+		return Domain{}
+	}
+	d := cached("node-a")
+	if d.State != StateRunning {
+		t.Fatalf("node-a is %s, want running", d.State)
+	}
+	dom, err := conn.LookupDomainByUUIDString(d.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dom.Free()
+	if err := dom.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Millisecond)
+	h.apply(ctx, conn, rawEvent{uuid: d.UUID, event: libvirt.DOMAIN_EVENT_SHUTDOWN, at: at})
+	got := cached("node-a")
+	if got.State != StateShutOff || !got.DownEventAt.Equal(at) {
+		t.Fatalf("after SHUTDOWN and a refresh: state %s, DownEventAt %v; want shut-off at %v", got.State, got.DownEventAt, at)
+	}
+	// The STOPPED event that follows changes nothing.
+	h.apply(ctx, conn, rawEvent{uuid: d.UUID, event: libvirt.DOMAIN_EVENT_STOPPED, at: time.Now()})
+	got = cached("node-a")
+	if !got.DownEventAt.Equal(at) {
+		t.Errorf("the later STOPPED event moved DownEventAt to %v, want %v", got.DownEventAt, at)
+	}
+}
+
+func noNeighbours() (map[string][]netip.Addr, error) { return nil, nil }

@@ -3,6 +3,7 @@ package libvirtcloud
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -30,8 +31,9 @@ func (h *Hypervisor) NetworkRanges() ([]NetworkRange, error) {
 	err := h.withConn(func(c *libvirt.Connect) error {
 		names := h.opts.Networks
 		if len(names) == 0 {
-			h.calls.Add(1)
+			start := time.Now()
 			nets, err := c.ListAllNetworks(libvirt.CONNECT_LIST_NETWORKS_ACTIVE)
+			h.called("ListAllNetworks", start)
 			if err != nil {
 				return fmt.Errorf("list networks on %s: %w", h.opts.URI, err)
 			}
@@ -43,12 +45,15 @@ func (h *Hypervisor) NetworkRanges() ([]NetworkRange, error) {
 			}
 		}
 		for _, name := range names {
-			h.calls.Add(2)
+			start := time.Now()
 			n, err := c.LookupNetworkByName(name)
+			h.called("LookupNetworkByName", start)
 			if err != nil {
 				return fmt.Errorf("network %q on %s: %w", name, h.opts.URI, err)
 			}
+			start = time.Now()
 			desc, err := n.GetXMLDesc(0)
+			h.called("NetworkGetXMLDesc", start)
 			n.Free()
 			if err != nil {
 				return fmt.Errorf("network %q on %s: %w", name, h.opts.URI, err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // DefaultProtocol marks the routes labcloud owns (rtm_protocol, shown by
@@ -242,7 +244,7 @@ func (m *Manager) converge(link netlink.Link, desired []Route, owned []netlink.R
 	for _, r := range add {
 		if i, ok := sameKey[r.Dst]; ok {
 			replaced[i] = true
-			if err := m.write(r, link, "replace", m.h.RouteReplace); err != nil {
+			if err := m.write(r, link, metrics.OpReplace, m.h.RouteReplace); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -252,7 +254,7 @@ func (m *Manager) converge(link netlink.Link, desired []Route, owned []netlink.R
 			res.Added = append(res.Added, r)
 			continue
 		}
-		if err := m.write(r, link, "add", m.h.RouteAdd); err != nil {
+		if err := m.write(r, link, metrics.OpAdd, m.h.RouteAdd); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -273,9 +275,10 @@ func (m *Manager) converge(link netlink.Link, desired []Route, owned []netlink.R
 	return res, errors.Join(errs...)
 }
 
-// write sends one add or replace of r.
+// write sends one add or replace of r; verb is metrics.OpAdd or OpReplace.
 func (m *Manager) write(r Route, link netlink.Link, verb string, op func(*netlink.Route) error) error {
 	m.writes.Add(1)
+	metrics.RouteWrites.WithLabelValues(verb).Inc()
 	err := op(m.toKernel(r, link))
 	switch {
 	case err == nil:
@@ -295,6 +298,7 @@ func (m *Manager) del(k netlink.Route) error {
 	req := &netlink.Route{Dst: k.Dst, Gw: k.Gw, LinkIndex: k.LinkIndex,
 		Table: k.Table, Protocol: k.Protocol, Priority: k.Priority, Tos: k.Tos}
 	m.writes.Add(1)
+	metrics.RouteWrites.WithLabelValues(metrics.OpDelete).Inc()
 	err := m.h.RouteDel(req)
 	if err == nil || errors.Is(err, unix.ESRCH) {
 		return nil // ESRCH: already gone, which is what we wanted

@@ -26,6 +26,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/lb/announce"
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // LoadBalancer: this file holds the cloudprovider.LoadBalancer methods.
@@ -36,13 +37,18 @@ import (
 // Announcer makes one node answer for a VIP on the bridge.
 // *announce.Announcer satisfies it.
 type Announcer interface {
-	Set(vip netip.Addr, mac net.HardwareAddr) error
+	// SetAfter makes mac answer for vip; cause, if not zero, is when the
+	// libvirt event that moved it happened (timed to the first gratuitous
+	// ARP as failover latency).
+	SetAfter(vip netip.Addr, mac net.HardwareAddr, cause time.Time) error
 	Remove(vip netip.Addr) error
 	// Answering returns every VIP answered now and the MAC answering it.
 	Answering() map[netip.Addr]net.HardwareAddr
 	Probe(ctx context.Context, vip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
 	Run(ctx context.Context) error
 }
+
+var _ Announcer = (*announce.Announcer)(nil)
 
 // Event reasons on Services.
 const (
@@ -130,7 +136,7 @@ func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, f
 		<-ctx.Done()
 		broadcaster.Shutdown()
 	}()
-	if err := l.place.watch(factory, l.recorder); err != nil {
+	if err := l.place.watch(factory, l.recorder, client); err != nil {
 		return err
 	}
 	if l.role == nil {
@@ -295,6 +301,7 @@ func (l *loadBalancer) claim(ctx context.Context, svc *v1.Service, ip netip.Addr
 		return fmt.Errorf("probe %s on %s: %w", ip, l.bridge, err)
 	}
 	if taken {
+		metrics.IPConflicts.Inc()
 		err := fmt.Errorf("%s is already answered on %s by %s: not announcing it", ip, l.bridge, owner)
 		l.warnOnce(svc, ReasonConflict, err)
 		return err

@@ -19,12 +19,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/cloud-provider/api"
+	k8smetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // fakeAnnouncer records what the provider asks of the bridge. Probe reports
@@ -36,6 +40,7 @@ type fakeAnnouncer struct {
 	sets    []string // "ip mac", in order
 	removes []netip.Addr
 	probes  []netip.Addr
+	causes  []time.Time // non-zero causes given to SetAfter
 }
 
 var _ Announcer = (*fakeAnnouncer)(nil)
@@ -44,11 +49,14 @@ func newFakeAnnouncer() *fakeAnnouncer {
 	return &fakeAnnouncer{owned: map[netip.Addr]net.HardwareAddr{}, foreign: map[netip.Addr]net.HardwareAddr{}}
 }
 
-func (a *fakeAnnouncer) Set(vip netip.Addr, mac net.HardwareAddr) error {
+func (a *fakeAnnouncer) SetAfter(vip netip.Addr, mac net.HardwareAddr, cause time.Time) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.owned[vip] = mac
 	a.sets = append(a.sets, vip.String()+" "+mac.String())
+	if !cause.IsZero() {
+		a.causes = append(a.causes, cause)
+	}
 	return nil
 }
 
@@ -202,9 +210,13 @@ func (h *fakeHypervisor) setState(name string, st libvirtcloud.State) {
 	defer h.mu.Unlock()
 	for u, d := range h.doms {
 		if d.Name == name {
-			// As the cache does: LastDown is when it was seen going down.
-			if st.Down() && !d.State.Down() {
-				d.LastDown = time.Now()
+			// As the cache does: LastDown is when it was seen going
+			// down; DownEventAt, when an event took it down, until it runs.
+			switch {
+			case st.Down() && !d.State.Down():
+				d.LastDown, d.DownEventAt = time.Now(), time.Now()
+			case !st.Down():
+				d.DownEventAt = time.Time{}
 			}
 			d.State = st
 			h.doms[u] = d
@@ -213,6 +225,32 @@ func (h *fakeHypervisor) setState(name string, st libvirtcloud.State) {
 			}
 		}
 	}
+}
+
+// domain returns the named domain as the fake holds it now.
+func (h *fakeHypervisor) domain(name string) libvirtcloud.Domain {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, d := range h.doms {
+		if d.Name == name {
+			return d
+		}
+	}
+	return libvirtcloud.Domain{}
+}
+
+// counter reads a counter now and returns how much it has grown since.
+func counter(t *testing.T, c k8smetrics.CounterMetric) func() float64 {
+	t.Helper()
+	read := func() float64 {
+		v, err := testutil.GetCounterMetricValue(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	start := read()
+	return func() float64 { return read() - start }
 }
 
 const testBridge = "br-test"
@@ -508,6 +546,7 @@ func TestLoadBalancerLoadsStatusesBeforeAllocating(t *testing.T) {
 
 func TestLoadBalancerConflictProbe(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	conflicts := counter(t, metrics.IPConflicts)
 	vip := netip.MustParseAddr("10.0.0.10")
 	rogue := net.HardwareAddr{0x02, 0xde, 0xad, 0xbe, 0xef, 0x01}
 	f.ann.setForeign(vip, rogue)
@@ -550,6 +589,9 @@ func TestLoadBalancerConflictProbe(t *testing.T) {
 	}
 	if sets := f.ann.setsFor(next); len(sets) != 0 {
 		t.Fatalf("a node's own address was announced as a VIP: %v", sets)
+	}
+	if n := conflicts(); n != 4 {
+		t.Errorf("labcloud_lb_ip_conflicts_total grew by %v, want 4 (three retries, one node)", n)
 	}
 }
 
@@ -616,9 +658,17 @@ func TestLoadBalancerWaitingServiceRetriesSoon(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range f.client.Actions() {
-		if a.GetResource().Resource == "services" && a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
-			t.Errorf("the provider wrote to a Service: %s %s", a.GetVerb(), a.GetResource().Resource)
+		if a.GetResource().Resource != "services" || a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			continue
 		}
+		// The one write allowed: the placement condition of the released
+		// Service going away (no nudge: the service controller does not
+		// resync a Service for a status change).
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetSubresource() == "status" && p.GetName() == "first" &&
+			strings.Contains(string(p.GetPatch()), lb.ConditionAnnounced) {
+			continue
+		}
+		t.Errorf("the provider wrote to a Service: %s %s/%s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
 	}
 	if ip := f.mustEnsure(second); ip != netip.MustParseAddr("10.0.0.11") {
 		t.Fatalf("second got %s after first was deleted, want 10.0.0.11", ip)
@@ -689,11 +739,22 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 		t.Fatalf("answered by %v", f.ann.answering(vip))
 	}
 	other := otherNode(first)
+	moves := counter(t, metrics.VIPMoves.WithLabelValues(metrics.MoveDomainDown))
 
 	// The answering node's domain shuts off: the other node answers.
 	f.hv.setState(first.name, libvirtcloud.StateShutOff)
 	f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
 	f.waitFor(ReasonMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonMoved) == 1 })
+	if n := moves(); n != 1 {
+		t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveDomainDown)
+	}
+	// The move is timed from the libvirt event to its first gratuitous ARP.
+	f.ann.mu.Lock()
+	causes := f.ann.causes
+	f.ann.mu.Unlock()
+	if down := f.hv.domain(first.name).DownEventAt; len(causes) != 1 || !causes[0].Equal(down) {
+		t.Errorf("SetAfter causes %v, want the domain's stop event at %v", causes, down)
+	}
 
 	// The other one crashes too: nobody answers, and the Service hears it.
 	f.hv.setState(other.name, libvirtcloud.StateCrashed)
@@ -725,12 +786,18 @@ func TestLoadBalancerFailoverOnNodeNotReady(t *testing.T) {
 	first, _ := nodeOf(f.ann.answering(vip))
 	other := otherNode(first)
 
+	notReady := counter(t, metrics.VIPMoves.WithLabelValues(metrics.MoveNodeNotReady))
+	rebalance := counter(t, metrics.VIPMoves.WithLabelValues(metrics.MoveRebalance))
+
 	n := first.object()
 	n.Status.Conditions[0].Status = v1.ConditionFalse
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitFor("move off the NotReady node", func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+	if n := notReady(); n != 1 {
+		t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveNodeNotReady)
+	}
 
 	// Back to Ready: the VIP goes back to the node the placement function
 	// gives it, as any replica or a restarted CCM would compute.
@@ -739,6 +806,14 @@ func TestLoadBalancerFailoverOnNodeNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitFor("back on "+first.name, func() bool { return f.ann.answering(vip).String() == first.mac.String() })
+	if n := rebalance(); n != 1 {
+		t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveRebalance)
+	}
+	f.ann.mu.Lock()
+	defer f.ann.mu.Unlock()
+	if len(f.ann.causes) != 0 {
+		t.Errorf("moves not caused by libvirt events were timed: %v", f.ann.causes)
+	}
 }
 
 func endpointSlice(svc string, ready map[string]bool) *discoveryv1.EndpointSlice {
@@ -769,6 +844,7 @@ func TestLoadBalancerLocalPolicyUsesNodesWithReadyEndpoints(t *testing.T) {
 			if got := f.ann.answering(vip); got.String() != n.mac.String() {
 				t.Fatalf("answered by %v, want %s, the only node with a ready endpoint", got, n.name)
 			}
+			moves := counter(t, metrics.VIPMoves.WithLabelValues(metrics.MoveEndpoints))
 
 			// The endpoint moves: so does the VIP, without a service sync.
 			moved := endpointSlice("web", map[string]bool{n.name: false, other.name: true})
@@ -776,6 +852,9 @@ func TestLoadBalancerLocalPolicyUsesNodesWithReadyEndpoints(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.waitFor("follow the endpoint to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+			if n := moves(); n != 1 {
+				t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveEndpoints)
+			}
 
 			// No ready endpoint anywhere: nobody answers.
 			none := endpointSlice("web", map[string]bool{n.name: false, other.name: false})

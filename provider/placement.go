@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // Placement and failover: which node answers each VIP. Every pass takes a
@@ -63,6 +66,9 @@ type nodeFacts struct {
 	// clock). The cache runs from process start, so it also covers what
 	// happened while this replica waited for the leader lease.
 	lastDown time.Time
+	// downEvent is when a libvirt event took the domain down; zero if it
+	// runs or went down unseen by an event.
+	downEvent time.Time
 }
 
 // heartbeatSkew is how far a guest's clock may be ahead of the host's: a
@@ -84,6 +90,7 @@ type placement struct {
 	synced   []cache.InformerSynced
 	recorder record.EventRecorder
 	kick     chan struct{}
+	conds    *conditions // writes the Services' Announced condition
 
 	passMu sync.Mutex // one pass at a time; guards known
 
@@ -108,15 +115,18 @@ func newPlacement(bridge string, hvs []Hypervisor, in *instances, alloc *lb.Allo
 		alloc:     alloc,
 		ann:       ann,
 		kick:      make(chan struct{}, 1),
+		conds:     newConditions(),
 		known:     map[string]nodeFacts{},
 		reportAt:  map[string]time.Time{},
 	}
 }
 
-// watch registers the informers placement reads and its event handlers.
-func (p *placement) watch(factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
+// watch registers the informers placement reads and its event handlers;
+// client writes the Services' Announced condition.
+func (p *placement) watch(factory informers.SharedInformerFactory, recorder record.EventRecorder, client kubernetes.Interface) error {
 	svcInf, nodeInf, sliceInf := factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Discovery().V1().EndpointSlices()
 	p.services, p.nodes, p.slices = svcInf.Lister(), nodeInf.Lister(), sliceInf.Lister()
+	p.conds.client, p.conds.services = client, p.services
 	p.synced = []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
 	p.recorder = recorder
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -210,6 +220,7 @@ func (p *placement) run(ctx context.Context) {
 		})
 	}
 	wg.Go(func() { p.watchConnections(ctx) })
+	wg.Go(func() { p.conds.run(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return
 	}
@@ -264,6 +275,17 @@ func (p *placement) sync(ctx context.Context, svc *v1.Service) {
 type snapshot struct {
 	facts       map[string]nodeFacts // eligible-by-node-state Nodes
 	unavailable bool                 // some hypervisor could not be asked
+
+	// What tells why a VIP left a node, and which node a MAC is.
+	listed map[string]*v1.Node  // every Node
+	known  map[string]nodeFacts // every Node's domain facts known now
+	byMAC  map[string]macHolder // by MAC: this pass's facts, else the last pass's
+}
+
+// macHolder is the node whose domain has a MAC, and that domain's facts.
+type macHolder struct {
+	node  string
+	facts nodeFacts
 }
 
 // pass places every VIP and applies the result.
@@ -335,30 +357,97 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		mac := snap.facts[to].mac
 		if bytes.Equal(now, mac) {
 			if given != nil {
-				_ = p.ann.Set(ip, mac) // repairs a neighbour entry that failed before
+				_ = p.ann.SetAfter(ip, mac, time.Time{}) // repairs a neighbour entry that failed before
 			}
 			continue
 		}
-		if err := p.ann.Set(ip, mac); err != nil {
+		var (
+			reason string
+			cause  time.Time
+		)
+		if now != nil {
+			reason, cause = p.moveReason(snap, now, want[ip])
+		}
+		if err := p.ann.SetAfter(ip, mac, cause); err != nil {
 			log.Error(err, "Announcing VIP", "ip", ip, "node", to)
 		}
 		if now == nil {
 			p.event(hs, given, v1.EventTypeNormal, ReasonAnnounced, "%s announced via node %s (%s)", ip, to, mac)
 			continue
 		}
-		if from == "" {
+		metrics.VIPMoves.WithLabelValues(reason).Inc()
+		if h, ok := snap.byMAC[now.String()]; ok {
+			from = h.node
+		} else {
 			from = now.String()
 		}
-		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac)
+		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac, "reason", reason)
 		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
 	}
+	p.conds.update(p.answers(snap, holders))
+}
+
+// moveReason tells why the node answering for a VIP with mac no longer
+// wins it (eligible are the nodes that may answer it now) and, when a
+// libvirt event took its domain down, when that event came: the start of
+// the failover the announcer times.
+func (p *placement) moveReason(snap snapshot, mac net.HardwareAddr, eligible []string) (string, time.Time) {
+	h, ok := snap.byMAC[mac.String()]
+	if !ok {
+		return metrics.MoveUnknown, time.Time{}
+	}
+	n, listed := snap.listed[h.node]
+	if !listed || n.DeletionTimestamp != nil {
+		return metrics.MoveNodeDeleted, time.Time{}
+	}
+	f, known := snap.known[h.node]
+	if !known {
+		// The hypervisor says the domain is gone: it went down last pass
+		// or was undefined since.
+		return metrics.MoveDomainDown, h.facts.downEvent
+	}
+	if !p.eligible(h.node, f) {
+		return metrics.MoveDomainDown, f.downEvent
+	}
+	if _, excluded := n.Labels[excludeLabel]; excluded {
+		return metrics.MoveNodeExcluded, time.Time{}
+	}
+	if !nodeReady(n) {
+		return metrics.MoveNodeNotReady, time.Time{}
+	}
+	if !slices.Contains(eligible, h.node) {
+		return metrics.MoveEndpoints, time.Time{}
+	}
+	return metrics.MoveRebalance, time.Time{}
+}
+
+// answers says, for each Service holding a claimed VIP, who answers for
+// each of its VIPs now.
+func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[string][]lb.Answer {
+	answering := p.ann.Answering()
+	out := make(map[string][]lb.Answer, len(holders))
+	for ip, hs := range holders {
+		a := lb.Answer{VIP: ip, MAC: answering[ip]}
+		if a.MAC != nil {
+			a.Node = snap.byMAC[a.MAC.String()].node
+		}
+		for _, k := range hs {
+			out[k] = append(out[k], a)
+		}
+	}
+	return out
 }
 
 // snapshot reads the Nodes that may answer (Ready, not excluded, not being
 // deleted) and their domains. A Node whose hypervisor cannot be asked keeps
 // its last known facts.
 func (p *placement) snapshot(ctx context.Context) snapshot {
-	snap := snapshot{facts: map[string]nodeFacts{}}
+	snap := snapshot{facts: map[string]nodeFacts{}, listed: map[string]*v1.Node{}, known: map[string]nodeFacts{}, byMAC: map[string]macHolder{}}
+	for name, f := range p.known {
+		if f.mac != nil {
+			snap.byMAC[f.mac.String()] = macHolder{node: name, facts: f}
+		}
+	}
 	all, err := p.nodes.List(labels.Everything())
 	if err != nil {
 		return snap
@@ -366,24 +455,32 @@ func (p *placement) snapshot(ctx context.Context) snapshot {
 	seen := map[string]bool{}
 	for _, n := range all {
 		seen[n.Name] = true
+		snap.listed[n.Name] = n
 		d, _, err := p.instances.find(ctx, n)
 		switch {
 		case err == nil:
-			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true, lastDown: d.LastDown}
+			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
 			p.known[n.Name] = f
 		case errors.Is(err, libvirtcloud.ErrNotFound):
 			delete(p.known, n.Name)
 		default:
 			snap.unavailable = true
 		}
+		f, ok := p.known[n.Name]
+		if ok {
+			if err != nil {
+				f.fresh = false
+			}
+			snap.known[n.Name] = f
+			if f.mac != nil {
+				snap.byMAC[f.mac.String()] = macHolder{node: n.Name, facts: f}
+			}
+		}
 		_, excluded := n.Labels[excludeLabel]
 		if excluded || n.DeletionTimestamp != nil || !nodeReady(n) {
 			continue
 		}
-		if f, ok := p.known[n.Name]; ok {
-			if err != nil {
-				f.fresh = false
-			}
+		if ok {
 			snap.facts[n.Name] = f
 		}
 	}

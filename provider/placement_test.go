@@ -160,7 +160,7 @@ func TestPlacementWaitsForItsInformers(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.20") // no loop: passes by hand
 	p := f.lb.place
 	factory := informers.NewSharedInformerFactory(f.client, 0)
-	if err := p.watch(factory, f.rec); err != nil {
+	if err := p.watch(factory, f.rec, f.client); err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(f.ctx.Done())

@@ -27,11 +27,14 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
 	"k8s.io/klog/v2"
 
+	"github.com/labcloud/labcloud/metrics"
 	"github.com/labcloud/labcloud/provider"
 	"github.com/labcloud/labcloud/version"
 )
 
 func main() {
+	// labcloud_* on /metrics; before the provider starts counting.
+	metrics.Register()
 	opts, err := options.NewCloudControllerManagerOptions()
 	if err != nil {
 		klog.Fatalf("unable to initialize command options: %v", err)

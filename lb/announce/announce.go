@@ -132,13 +132,16 @@ type Stats struct {
 	WriteErrors uint64
 }
 
-// entry is one owned VIP. mac is immutable once published; left and next are
-// touched only by the announce loop (under mu read-locked), so a changed MAC
-// always gets a fresh entry.
+// entry is one owned VIP. mac is immutable once published; left, next and
+// cause are touched only by the announce loop (under mu read-locked), so a
+// changed MAC always gets a fresh entry.
 type entry struct {
 	mac  net.HardwareAddr
 	left int       // gratuitous rounds still to send
 	next time.Time // when the next round is due
+	// cause is when the event that moved the VIP here happened (see
+	// SetAfter); zero once its failover latency is observed, or if none.
+	cause time.Time
 }
 
 // Announcer answers ARP for owned VIPs on one bridge. Its methods are safe for
@@ -304,6 +307,14 @@ func (a *Announcer) Owned(vip netip.Addr) (net.HardwareAddr, bool) {
 // error is returned, and the entry is retried by the next Set and by the
 // periodic refresh.
 func (a *Announcer) Set(vip netip.Addr, mac net.HardwareAddr) error {
+	return a.SetAfter(vip, mac, time.Time{})
+}
+
+// SetAfter is Set for a VIP that moves to mac because of an event at cause
+// (a libvirt lifecycle event of the domain that answered before): the time
+// from cause to the first gratuitous ARP frame sent for the move is
+// observed in labcloud_lb_failover_seconds. A zero cause observes nothing.
+func (a *Announcer) SetAfter(vip netip.Addr, mac net.HardwareAddr, cause time.Time) error {
 	vip = vip.Unmap()
 	if err := validVIP(vip); err != nil {
 		return err
@@ -319,7 +330,7 @@ func (a *Announcer) Set(vip netip.Addr, mac net.HardwareAddr) error {
 	old, ok := a.vips[vip]
 	same := ok && bytes.Equal(old.mac, mac)
 	if !same {
-		a.vips[vip] = &entry{mac: mac, left: a.opts.Count}
+		a.vips[vip] = &entry{mac: mac, left: a.opts.Count, cause: cause}
 	}
 	a.mu.Unlock()
 	if same && a.neighOK[vip] {

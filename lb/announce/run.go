@@ -13,6 +13,8 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // zeroMAC is the target hardware address of requests that ask rather than tell.
@@ -202,6 +204,7 @@ func (a *Announcer) answer(ctx context.Context, req *arp.Packet, eth *ethernet.F
 		return
 	}
 	a.replies.Add(1)
+	metrics.ARPReplies.Inc()
 }
 
 // announceLoop sends gratuitous ARP rounds as they fall due, re-arms every VIP
@@ -294,11 +297,16 @@ func (a *Announcer) sendDue(ctx context.Context, now time.Time) time.Duration {
 			continue
 		}
 		if !e.next.After(now) {
-			if err := a.sendRound(vip, e.mac); err != nil {
+			sent, err := a.sendRound(vip, e.mac)
+			if err != nil {
 				failed++
 				if firstErr == nil {
 					firstErr = err
 				}
+			}
+			if !sent.IsZero() && !e.cause.IsZero() {
+				metrics.FailoverSeconds.Observe(sent.Sub(e.cause).Seconds())
+				e.cause = time.Time{}
 			}
 			e.left--
 			e.next = now.Add(a.opts.Interval)
@@ -317,11 +325,15 @@ func (a *Announcer) sendDue(ctx context.Context, now time.Time) time.Duration {
 }
 
 // sendRound writes one gratuitous request and one gratuitous reply for vip,
-// both from mac, to the broadcast address. Linux moves an existing, fresh
-// neighbour entry only when it sees both forms.
-func (a *Announcer) sendRound(vip netip.Addr, mac net.HardwareAddr) error {
+// both from mac, to the broadcast address, and returns when the first frame
+// was written (zero if none was). Linux moves an existing, fresh neighbour
+// entry only when it sees both forms.
+func (a *Announcer) sendRound(vip netip.Addr, mac net.HardwareAddr) (time.Time, error) {
 	_, _, conn := a.link()
-	var first error
+	var (
+		first error
+		sent  time.Time
+	)
 	for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
 		target := zeroMAC
 		if op == arp.OperationReply {
@@ -345,9 +357,12 @@ func (a *Announcer) sendRound(vip netip.Addr, mac net.HardwareAddr) error {
 			}
 			continue
 		}
+		if sent.IsZero() {
+			sent = time.Now()
+		}
 		a.gratuitous.Add(1)
 	}
-	return first
+	return sent, first
 }
 
 // rebind moves to the bridge's incarnation with this index (-1: look it

@@ -1,0 +1,230 @@
+package provider
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+// otherCondition belongs to someone else: the placement must keep it.
+var otherCondition = metav1.Condition{Type: "example.com/Other", Status: metav1.ConditionTrue, Reason: "Theirs",
+	LastTransitionTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+
+func withOtherCondition(s *v1.Service) { s.Status.Conditions = []metav1.Condition{otherCondition} }
+
+// keptOther reports whether the Service still has otherCondition as it was.
+func keptOther(s *v1.Service) bool {
+	c := meta.FindStatusCondition(s.Status.Conditions, otherCondition.Type)
+	return c != nil && c.Status == otherCondition.Status && c.Reason == otherCondition.Reason &&
+		c.Message == otherCondition.Message && c.LastTransitionTime.Equal(&otherCondition.LastTransitionTime)
+}
+
+// announced returns the Service's Announced condition as the API has it.
+func (f *lbFixture) announced(name string) (*metav1.Condition, *v1.Service) {
+	f.t.Helper()
+	s, err := f.client.CoreV1().Services("default").Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced), s
+}
+
+// waitAnnounced waits until the Service's Announced condition has this
+// status and message.
+func (f *lbFixture) waitAnnounced(name string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	f.t.Helper()
+	var got *metav1.Condition
+	f.waitFor(fmt.Sprintf("condition %s %s %q", status, reason, message), func() bool {
+		got, _ = f.announced(name)
+		return got != nil && got.Status == status && got.Reason == reason && got.Message == message
+	})
+	return *got
+}
+
+// statusPatches counts the patches of services/status sent so far.
+func (f *lbFixture) statusPatches() int {
+	n := 0
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "services" && a.GetSubresource() == "status" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAnnouncedConditionFollowsPlacement: the Service says which node
+// answers and since when, across a failover and when no node can; it is
+// written only when it changes, and never touches the load-balancer
+// status or other conditions.
+func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", withOtherCondition)).start()
+	svc := lbService("web", withOtherCondition)
+	vip := f.mustEnsure(svc)
+	first, ok := nodeOf(f.ann.answering(vip))
+	if !ok {
+		t.Fatalf("answered by %v", f.ann.answering(vip))
+	}
+	other := otherNode(first)
+	// What the service controller writes with EnsureLoadBalancer's answer.
+	_, s := f.announced("web")
+	s.Status.LoadBalancer = *status([]netip.Addr{vip})
+	if _, err := f.client.CoreV1().Services("default").UpdateStatus(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	c1 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, first.name, first.mac))
+	if c1.LastTransitionTime.IsZero() {
+		t.Error("no lastTransitionTime")
+	}
+
+	// Steady state: passes and service syncs write nothing.
+	f.waitFor("the cache to show the condition", func() bool {
+		s, err := f.lb.place.services.Services("default").Get("web")
+		return err == nil && meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced) != nil
+	})
+	patches := f.statusPatches()
+	for range 5 {
+		f.lb.place.pass(f.ctx, nil)
+		if err := f.lb.UpdateLoadBalancer(f.ctx, "test", svc, f.nodes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the writer's queue is asynchronous
+	if n := f.statusPatches() - patches; n != 0 {
+		t.Errorf("%d status patches at steady state, want none", n)
+	}
+
+	// lastTransitionTime has one-second resolution: let a second pass so
+	// the move's time is visibly later.
+	time.Sleep(1100 * time.Millisecond)
+	f.hv.setState(first.name, libvirtcloud.StateShutOff)
+	c2 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, other.name, other.mac))
+	if !c2.LastTransitionTime.After(c1.LastTransitionTime.Time) {
+		t.Errorf("after the move lastTransitionTime %v, want later than %v", c2.LastTransitionTime, c1.LastTransitionTime)
+	}
+
+	f.hv.setState(other.name, libvirtcloud.StateCrashed)
+	f.waitAnnounced("web", metav1.ConditionFalse, lb.ReasonNoEligibleNode, vip.String()+" answered by no node (none is eligible: it needs a running domain on the bridge, a Ready Node and, with externalTrafficPolicy Local, a ready endpoint)")
+	_, s = f.announced("web")
+	if got := s.Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP != vip.String() {
+		t.Errorf("status.loadBalancer.ingress = %v, want the service controller's %s kept", got, vip)
+	}
+	if !keptOther(s) {
+		t.Errorf("the other condition became %+v, want %+v kept", s.Status.Conditions, otherCondition)
+	}
+
+	// Released: the condition goes, the rest stays.
+	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
+	_, s = f.announced("web")
+	if !keptOther(s) {
+		t.Errorf("removing ours changed the other condition: %+v", s.Status.Conditions)
+	}
+}
+
+// TestAnnouncedConditionPatchTouchesOnlyIt: the writes are strategic merge
+// patches of status.conditions holding the one condition (or its delete
+// directive): nothing else of the Service is in them.
+func TestAnnouncedConditionPatchTouchesOnlyIt(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
+	svc := lbService("web")
+	f.mustEnsure(svc)
+	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
+	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
+	var bodies []string
+	for _, a := range f.client.Actions() {
+		p, ok := a.(k8stesting.PatchAction)
+		if !ok || a.GetSubresource() != "status" {
+			continue
+		}
+		if p.GetPatchType() != "application/strategic-merge-patch+json" {
+			t.Errorf("patch type %s, want a strategic merge patch", p.GetPatchType())
+		}
+		var body struct {
+			Status struct {
+				Conditions []map[string]any `json:"conditions"`
+			} `json:"status"`
+		}
+		var all map[string]any
+		if err := json.Unmarshal(p.GetPatch(), &body); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(p.GetPatch(), &all)
+		status, _ := all["status"].(map[string]any)
+		if len(all) != 1 || len(status) != 1 || len(body.Status.Conditions) != 1 || body.Status.Conditions[0]["type"] != lb.ConditionAnnounced {
+			t.Errorf("patch %s touches more than the Announced condition", p.GetPatch())
+		}
+		bodies = append(bodies, string(p.GetPatch()))
+	}
+	if len(bodies) != 2 {
+		t.Errorf("%d status patches, want 2 (set, delete): %q", len(bodies), bodies)
+	}
+}
+
+// TestAnnouncedConditionRestoredAfterOthersChangeIt: someone else removing
+// the condition gets it back (once the cache can no longer be lagging
+// behind our own write), with its original lastTransitionTime.
+func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
+	f.mustEnsure(lbService("web"))
+	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
+	want, s := f.announced("web")
+	s.Status.Conditions = nil
+	if _, err := f.client.CoreV1().Services("default").UpdateStatus(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the cache to show the removal", func() bool {
+		s, err := f.lb.place.services.Services("default").Get("web")
+		return err == nil && len(s.Status.Conditions) == 0
+	})
+	// Within the lag allowed for our own writes, nothing is rewritten ...
+	f.lb.place.pass(f.ctx, nil)
+	time.Sleep(50 * time.Millisecond)
+	if c, _ := f.announced("web"); c != nil {
+		t.Fatalf("rewritten at once: %+v", c)
+	}
+	// ... after it, the next pass restores it.
+	f.lb.place.conds.mu.Lock()
+	for k, w := range f.lb.place.conds.written {
+		w.at = w.at.Add(-ownWriteLag)
+		f.lb.place.conds.written[k] = w
+	}
+	f.lb.place.conds.mu.Unlock()
+	f.lb.place.pass(f.ctx, nil)
+	f.waitFor("the condition restored", func() bool { c, _ := f.announced("web"); return c != nil })
+	if got, _ := f.announced("web"); !got.LastTransitionTime.Equal(&want.LastTransitionTime) || !lb.SameAnnounced(*got, *want) {
+		t.Errorf("restored %+v, want %+v", got, want)
+	}
+}
+
+// TestAnnouncedConditionSharedVIP: every Service sharing a VIP says who
+// answers it.
+func TestAnnouncedConditionSharedVIP(t *testing.T) {
+	shared := func(name string, port int32) *v1.Service {
+		return lbService(name, withAnnotation(lb.AnnotationSharingKey, "k"), withPort(port))
+	}
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", shared("a", 80), shared("b", 443)).start()
+	vip := f.mustEnsure(shared("a", 80))
+	if got := f.mustEnsure(shared("b", 443)); got != vip {
+		t.Fatalf("b got %s, want the shared %s", got, vip)
+	}
+	n, _ := nodeOf(f.ann.answering(vip))
+	msg := fmt.Sprintf("%s answered by node %s (%s)", vip, n.name, n.mac)
+	f.waitAnnounced("a", metav1.ConditionTrue, lb.ReasonAnnounced, msg)
+	f.waitAnnounced("b", metav1.ConditionTrue, lb.ReasonAnnounced, msg)
+}
