@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,29 +29,92 @@ type BenchResult struct {
 	// through its VIP, one per run.
 	ServiceToAnswer    []float64 `json:"serviceToAnswerSeconds"`
 	ServiceToAnswerP50 float64   `json:"serviceToAnswerP50Seconds"`
-	// Failovers: the announcing node's QEMU killed -> first HTTP answer
-	// from a pod on another node (a new connection every 20 ms).
-	Failovers   []FailoverRun `json:"failovers"`
-	FailoverP50 float64       `json:"failoverP50Seconds"`
+	// Failovers: every failover run, crashes first, then graceful stops
+	// (FailoverRun.Kind), each with its figures.
+	Failovers []FailoverRun `json:"failovers"`
+	// FailoverP50: crash runs, the announcing node's QEMU killed -> first
+	// HTTP answer through the VIP from a client opening a new connection
+	// every 100 ms (FailoverRun.Seconds).
+	FailoverP50 float64 `json:"failoverP50Seconds"`
+	// FailoverSummary: p50 and p90 of each figure over the runs of a kind
+	// ("crash", "stop").
+	FailoverSummary map[string]FailoverSummary `json:"failoverSummary"`
 	// RSSMiB of each daemon and guest (QEMU), and their sum.
 	RSSMiB      map[string]float64 `json:"rssMiB"`
 	LabRSSMiB   float64            `json:"labRSSMiB"`
 	GuestRSSMiB float64            `json:"guestRSSMiBEach"`
 }
 
-// FailoverRun is one crash failover.
+// Failover kinds.
+const (
+	// FailoverCrash: SIGKILL of the node's QEMU process.
+	FailoverCrash = "crash"
+	// FailoverStop: `labcloud node stop` (libvirt's destroy of the domain).
+	FailoverStop = "stop"
+)
+
+// FailoverRun is one failover: the node answering the VIP goes down at the
+// trigger (kill or stop), and every figure is seconds from the trigger, by
+// the host's clock, stamped where it was seen: libvirt's lifecycle event on
+// the bench's own connection, the gratuitous ARP on the bridge (raw
+// socket), the host's neighbour entry (netlink), the client's HTTP answer.
+// A figure that could not be seen within its bound is null, and Errors says
+// why.
 type FailoverRun struct {
-	VIP     string  `json:"vip"`
-	From    string  `json:"from"`
-	To      string  `json:"to"` // the pod that answered
-	Seconds float64 `json:"seconds"`
+	Kind string `json:"kind"`
+	VIP  string `json:"vip"`
+	From string `json:"from"`
+	// To is the pod that answered the client first; ToNode the node the
+	// VIP moved to (whose MAC the gratuitous ARP names).
+	To     string `json:"to"`
+	ToNode string `json:"toNode"`
+	// Seconds: first successful HTTP request through the VIP, from a client
+	// on the host opening a new connection every 100 ms (only requests
+	// started after the trigger count).
+	Seconds *float64 `json:"seconds"`
+	// LibvirtEventSeconds: libvirt reports the domain stopped.
+	LibvirtEventSeconds *float64 `json:"libvirtEventSeconds"`
+	// GARPSeconds: first gratuitous ARP for the VIP naming another node's
+	// MAC on the bridge; GARPAfterEventSeconds the same from the libvirt
+	// event: the CCM's own reaction time.
+	GARPSeconds           *float64 `json:"garpSeconds"`
+	GARPAfterEventSeconds *float64 `json:"garpAfterEventSeconds"`
+	// NeighbourSeconds: the host's neighbour entry for the VIP names
+	// another node's MAC.
+	NeighbourSeconds *float64 `json:"neighbourSeconds"`
+	// EligibleAgainSeconds: from the node's start after the run to its Node
+	// reporting Ready again, which the CCM requires before it places a VIP
+	// on a node whose domain went down.
+	EligibleAgainSeconds *float64 `json:"eligibleAgainSeconds"`
+	Errors               []string `json:"errors,omitempty"`
+}
+
+// FailoverSummary holds, for one kind of failover, the percentiles of each
+// figure over the runs that measured it.
+type FailoverSummary struct {
+	Runs           int         `json:"runs"`
+	Client         Percentiles `json:"client"`
+	LibvirtEvent   Percentiles `json:"libvirtEvent"`
+	GARP           Percentiles `json:"garp"`
+	GARPAfterEvent Percentiles `json:"garpAfterEvent"`
+	Neighbour      Percentiles `json:"neighbour"`
+	EligibleAgain  Percentiles `json:"eligibleAgain"`
+}
+
+// Percentiles are nearest-rank percentiles of N samples, in seconds.
+type Percentiles struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
 }
 
 const benchApp = "labcloud-bench"
 
-// Bench measures Service-to-answer and crash-failover times against pods of
-// a Deployment with one agnhost netexec per node, and reads the memory of
-// every daemon and guest. It runs inside the lab's namespace.
+// Bench measures, on the running lab (inside its namespace), with a
+// Deployment of one agnhost netexec per node behind LoadBalancer Services:
+// Service created -> answered (2 x runs), then runs failovers of each kind
+// (crash, stop) of the node answering a VIP, and reads the memory of every
+// daemon and guest. Each failover run starts with every node eligible.
 func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResult, error) {
 	client, err := adminClient(st.Kubeconfig)
 	if err != nil {
@@ -64,6 +126,11 @@ func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResul
 		if !strings.HasPrefix(s.Name, "control-plane tools") && !strings.HasPrefix(s.Name, "build ") && !strings.HasPrefix(s.Name, "claim ") {
 			res.UpTotalSeconds += s.Seconds
 		}
+	}
+	// libvirt's event loop must exist before the connection that wants
+	// events is opened.
+	if err := startBenchEventLoop(); err != nil {
+		return nil, err
 	}
 	if err := startBenchPods(ctx, client, len(st.Nodes)); err != nil {
 		return nil, err
@@ -89,17 +156,24 @@ func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResul
 	if err != nil {
 		return res, err
 	}
-	var secs []float64
-	for i := range runs {
-		run, err := failoverOnce(ctx, client, st, vip)
-		if err != nil {
-			return res, fmt.Errorf("failover run %d: %w", i+1, err)
-		}
-		fmt.Fprintf(out, "failover run %d: %s's QEMU killed; %s answered by pod %s after %.3fs\n", i+1, run.From, run.VIP, run.To, run.Seconds)
-		res.Failovers = append(res.Failovers, run)
-		secs = append(secs, run.Seconds)
+	fb, err := newFailoverBench(ctx, client, st, vip)
+	if err != nil {
+		return res, err
 	}
-	res.FailoverP50 = p50(secs)
+	defer fb.close()
+	for _, kind := range []string{FailoverCrash, FailoverStop} {
+		for i := range runs {
+			run, err := fb.once(ctx, kind)
+			res.Failovers = append(res.Failovers, run)
+			fmt.Fprintf(out, "%s run %d: %s\n", kind, i+1, run.describe())
+			if err != nil {
+				res.FailoverSummary = summarizeFailovers(res.Failovers)
+				return res, fmt.Errorf("%s run %d: %w", kind, i+1, err)
+			}
+		}
+	}
+	res.FailoverSummary = summarizeFailovers(res.Failovers)
+	res.FailoverP50 = res.FailoverSummary[FailoverCrash].Client.P50
 
 	for name, pid := range st.Pids {
 		if rss, err := rssMiB(pid); err == nil {
@@ -235,92 +309,6 @@ func answer(vip string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	return strings.TrimSpace(string(b))
-}
-
-// announcerOf is the node whose MAC the host's neighbour entry for vip names.
-func announcerOf(ctx context.Context, client kubernetes.Interface, st *State, vip string) (string, error) {
-	s, err := GetStatus(ctx, st)
-	if err != nil {
-		return "", err
-	}
-	for _, svc := range s.Services {
-		if svc.VIP == vip && svc.Node != "" {
-			return svc.Node, nil
-		}
-	}
-	return "", fmt.Errorf("no node answers for %s", vip)
-}
-
-// failoverOnce kills the QEMU of the node answering vip and times the first
-// answer from a pod elsewhere; then restarts the node and waits until it and
-// its bench pod are back, so that every run starts with every node eligible.
-func failoverOnce(ctx context.Context, client kubernetes.Interface, st *State, vip string) (FailoverRun, error) {
-	var from string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if n, err := announcerOf(ctx, client, st, vip); err == nil && strings.HasPrefix(answer(vip), benchApp) {
-			from = n
-			break
-		}
-	}
-	if from == "" {
-		return FailoverRun{}, fmt.Errorf("VIP %s not answered via a known node", vip)
-	}
-	onFrom := map[string]bool{}
-	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + benchApp})
-	if err != nil {
-		return FailoverRun{}, err
-	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == from {
-			onFrom[p.Name] = true
-		}
-	}
-	pid, err := qemuPid(from)
-	if err != nil {
-		return FailoverRun{}, err
-	}
-	start := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return FailoverRun{}, fmt.Errorf("kill QEMU of %s: %w", from, err)
-	}
-	run := FailoverRun{VIP: vip, From: from}
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if to := answer(vip); strings.HasPrefix(to, benchApp) && !onFrom[to] {
-			run.To, run.Seconds = to, time.Since(start).Seconds()
-			break
-		}
-	}
-	if run.To == "" {
-		return run, fmt.Errorf("VIP %s not answered by a pod off %s within 2 minutes", vip, from)
-	}
-	restarted := time.Now()
-	// libvirt may need a moment to notice the QEMU process is gone.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if err = NodeAction(from, "start"); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		return run, err
-	}
-	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		n, err := client.CoreV1().Nodes().Get(ctx, from, metav1.GetOptions{})
-		// Ready as reported after the restart, not the stale condition from before.
-		if err == nil && nodeIsReady(n) && !readySince(n).Before(restarted.Truncate(time.Second)) &&
-			!tainted(n, "node.cloudprovider.kubernetes.io/shutdown") {
-			return run, waitBenchPods(ctx, client, len(st.Nodes))
-		}
-	}
-	return run, fmt.Errorf("node %s not Ready again within 5 minutes", from)
-}
-
-func readySince(n *v1.Node) time.Time {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.LastHeartbeatTime.Time
-		}
-	}
-	return time.Time{}
 }
 
 func tainted(n *v1.Node, key string) bool {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/app/config"
@@ -43,6 +44,12 @@ func main() {
 
 	var cfg provider.Config
 	initCloud := func(c *config.CompletedConfig) cloudprovider.Interface {
+		// The factory every controller and the provider share, rebuilt
+		// with a transform before anything asks it for an informer (the
+		// upstream app creates it in Config and hands it out only after
+		// this call): cached objects lose what the CCM never reads.
+		c.SharedInformers = informers.NewSharedInformerFactoryWithOptions(c.VersionedClient, app.ResyncPeriod(c)(),
+			informers.WithTransform(provider.TrimForCache))
 		cloud, err := provider.Open(context.Background(), cfg)
 		if err != nil {
 			klog.Fatalf("libvirt cloud provider: %v", err)

@@ -1,0 +1,222 @@
+package lab
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/labcloud/labcloud/lb/announce"
+)
+
+// TestWireWatchSeesTheAnnouncer runs the bench's wire measurement against
+// the CCM's own announcer on a bridge in a namespace of the test's: a VIP
+// announced via one MAC and then moved to another must show up as a
+// gratuitous ARP on the bridge and a neighbour entry update naming the new
+// MAC, stamped after the move and within the announcer's first round; what
+// concerns another VIP, or names the old MAC, must not.
+func TestWireWatchSeesTheAnnouncer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces, a bridge, raw sockets and netlink")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New() // entered: everything below lives in it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err) // the locked thread must not run anything else
+		}
+	}()
+
+	const bridge = "lcbw0"
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridge, HardwareAddr: mac("02:78:00:00:00:01")}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := netlink.ParseAddr("10.78.0.1/24")
+	if err := netlink.AddrAdd(br, addr); err != nil {
+		t.Fatal(err)
+	}
+	// A port that is up gives the bridge its carrier.
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "lcbw-port"}, PeerName: "lcbw-peer"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetMaster(veth, br); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lcbw-peer", "lcbw-port", bridge} {
+		l, err := netlink.LinkByName(name)
+		if err == nil {
+			err = netlink.LinkSetUp(l)
+		}
+		if err != nil {
+			t.Fatalf("%s up: %v", name, err)
+		}
+	}
+	waitOperUp(t, bridge)
+
+	h, err := netlink.NewHandleAt(ns) // Run's goroutines are on other threads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ifi, err := net.InterfaceByName(bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := announce.New(ifi, h, announce.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("announcer: %v", err)
+		}
+		a.Close()
+	}()
+
+	vip, other := netip.MustParseAddr("10.78.0.100"), netip.MustParseAddr("10.78.0.101")
+	node1, node2, node3 := mac("02:78:00:00:01:01"), mac("02:78:00:00:01:02"), mac("02:78:00:00:01:03")
+	w, err := watchWire(bridge, vip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	check := func(what string, since time.Time, not, want net.HardwareAddr, find func(time.Time, net.HardwareAddr) (wireSeen, bool)) {
+		t.Helper()
+		wctx, done := context.WithTimeout(context.Background(), 2*time.Second)
+		defer done()
+		s, err := w.wait(wctx, func() (wireSeen, bool) { return find(since, not) })
+		if err != nil {
+			t.Fatalf("%s: nothing seen naming another MAC than %v within 2 s: %v", what, not, err)
+		}
+		if s.MAC.String() != want.String() {
+			t.Errorf("%s names %s, want %s", what, s.MAC, want)
+		}
+		// The announcer's first round goes out at once; a second would come
+		// 1.1 s later.
+		if d := s.At.Sub(since); d < 0 || d > time.Second {
+			t.Errorf("%s seen %s after the change, want within the first round", what, d)
+		}
+		t.Logf("%s: %s %s after the change", what, s.MAC, s.At.Sub(since).Round(time.Microsecond))
+	}
+
+	first := time.Now()
+	if err := a.Set(vip, node1); err != nil {
+		t.Fatal(err)
+	}
+	check("gratuitous ARP for the new VIP", first, nil, node1, w.firstGARP)
+	check("neighbour entry for the new VIP", first, nil, node1, w.firstNeighbour)
+	if err := a.Set(other, node3); err != nil { // another VIP: not this watch's
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if s, ok := w.firstGARP(first, node1); ok {
+		t.Fatalf("before the move, a gratuitous ARP naming %s at %s", s.MAC, s.At)
+	}
+	if s, ok := w.firstNeighbour(first, node1); ok {
+		t.Fatalf("before the move, a neighbour update naming %s at %s", s.MAC, s.At)
+	}
+
+	moved := time.Now()
+	if err := a.Set(vip, node2); err != nil {
+		t.Fatal(err)
+	}
+	check("gratuitous ARP after the move", moved, node1, node2, w.firstGARP)
+	check("neighbour entry after the move", moved, node1, node2, w.firstNeighbour)
+	garps, neighs := w.seen()
+	for _, s := range append(garps, neighs...) {
+		if s.MAC.String() == node3.String() {
+			t.Errorf("the watch for %s recorded %s's %s", vip, other, node3)
+		}
+	}
+}
+
+func waitOperUp(t *testing.T, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not up: %v", name, l.Attrs().OperState)
+		}
+	}
+}
+
+// gratuitousFor accepts both forms of a gratuitous ARP for the VIP and
+// nothing else.
+func TestGratuitousFor(t *testing.T) {
+	vip := netip.MustParseAddr("10.0.0.100")
+	node, _ := net.ParseMAC("02:00:00:00:00:01")
+	client, _ := net.ParseMAC("02:00:00:00:00:02")
+	bcast := ethernet.Broadcast
+	frame := func(op arp.Operation, sip, tip netip.Addr, tha net.HardwareAddr, et ethernet.EtherType) []byte {
+		p, err := arp.NewPacket(op, node, sip, tha, tip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, err := p.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &ethernet.Frame{Destination: bcast, Source: node, EtherType: et, Payload: pb}
+		b, err := f.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	clientIP := netip.MustParseAddr("10.0.0.5")
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  bool
+	}{
+		{"request form", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), true},
+		{"reply form", frame(arp.OperationReply, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), true},
+		{"an answer to a client", frame(arp.OperationReply, vip, clientIP, client, ethernet.EtherTypeARP), false},
+		{"a client asking", frame(arp.OperationRequest, clientIP, vip, ethernet.Broadcast, ethernet.EtherTypeARP), false},
+		{"another VIP", frame(arp.OperationRequest, clientIP, clientIP, ethernet.Broadcast, ethernet.EtherTypeARP), false},
+		{"not ARP", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeIPv4), false},
+		{"truncated", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP)[:20], false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, got := gratuitousFor(tc.frame, vip)
+			if got != tc.want {
+				t.Fatalf("gratuitous = %v, want %v", got, tc.want)
+			}
+			if got && p.SenderHardwareAddr.String() != node.String() {
+				t.Errorf("sender %s, want %s", p.SenderHardwareAddr, node)
+			}
+		})
+	}
+}
