@@ -34,7 +34,7 @@ func TestLBFaultsAPIServerOutage(t *testing.T) {
 	answering := waitNodeARP(t, client, vip, macs, 10*time.Second)
 	second := startCCM(t, cfg, lbControllers)
 	servicesGoneAtEnd(t, "outage-") // runs while the second replica still does
-	time.Sleep(3 * time.Second)      // the second replica is up and standing by
+	time.Sleep(3 * time.Second)     // the second replica is up and standing by
 
 	capture := client.capture(t)
 	probe := probeARP(t, client, vip, macs[answering])
