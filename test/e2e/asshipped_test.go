@@ -139,9 +139,9 @@ func grepLines(s, what string) string {
 }
 
 // get fetches url over TLS without verifying the CCM's self-signed
-// certificate, with a bearer token if one is given.
+// certificate, with a bearer token if one is given (all of a /metrics page).
 func get(url, token string) (int, string, error) {
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
@@ -154,6 +154,6 @@ func get(url, token string) (int, string, error) {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	return resp.StatusCode, string(body), err
 }

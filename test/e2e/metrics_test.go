@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -59,25 +57,6 @@ func metricsReader(t testing.TB) string {
 	return tr.Status.Token
 }
 
-// scrape fetches /metrics (all of it) with a bearer token, if one is given.
-func scrape(url, token string) (int, string, error) {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	return resp.StatusCode, string(body), err
-}
-
 // sampleValue is the value of the sample of name whose labels include
 // labels; ok is false if there is none.
 func sampleValue(ms testutil.Metrics, name string, labels map[string]string) (float64, bool) {
@@ -123,7 +102,7 @@ func waitMetrics(t testing.TB, url, token string, timeout time.Duration, checks 
 		failed []string
 	)
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		code, body, err := scrape(url, token)
+		code, body, err := get(url, token)
 		if err != nil || code != http.StatusOK {
 			failed = []string{fmt.Sprintf("scrape: %d %v %.200s", code, err, body)}
 			return false, nil
@@ -170,7 +149,7 @@ func TestMetricsThroughSecurePort(t *testing.T) {
 		{"a made-up token", "not-a-token"},
 		{"the CCM's own service account (no /metrics permission)", serviceAccountToken(t)},
 	} {
-		code, body, err := scrape(url, tc.token)
+		code, body, err := get(url, tc.token)
 		if err != nil || (code != http.StatusUnauthorized && code != http.StatusForbidden) {
 			t.Errorf("/metrics as %s: %d %v, want 401 or 403 (%.200s)", tc.who, code, err, body)
 		}
