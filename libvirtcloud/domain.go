@@ -1,6 +1,6 @@
 // Package libvirtcloud keeps a read-mostly view of libvirt hypervisors: one
 // connection per hypervisor with keepalive and reconnect, a domain cache fed
-// by ListAllDomains, lifecycle events and a periodic resync, and address
+// by GetAllDomainStats, lifecycle events and a periodic resync, and address
 // discovery (DHCP leases, guest agent, ARP table). Lookups are served from
 // the cache, so steady-state lookups cost no libvirt call.
 package libvirtcloud

@@ -158,7 +158,7 @@ func (h *Hypervisor) run(ctx context.Context) {
 			return
 		case <-time.After(delay):
 		}
-		conn, callbackID, err := h.connect()
+		conn, callbackIDs, err := h.connect()
 		if err != nil {
 			delay = backoff.Step()
 			log.Error(err, "Cannot connect to hypervisor; retrying", "in", delay)
@@ -172,14 +172,14 @@ func (h *Hypervisor) run(ctx context.Context) {
 		backoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: 15 * time.Second, Steps: 1 << 30}
 		delay = 0
 		err = h.serve(ctx, conn)
-		h.disconnect(conn, callbackID)
+		h.disconnect(conn, callbackIDs)
 		if err != nil {
 			log.Error(err, "Lost hypervisor connection; reconnecting")
 		}
 	}
 }
 
-func (h *Hypervisor) connect() (*libvirt.Connect, int, error) {
+func (h *Hypervisor) connect() (*libvirt.Connect, []int, error) {
 	var (
 		conn *libvirt.Connect
 		err  error
@@ -192,11 +192,11 @@ func (h *Hypervisor) connect() (*libvirt.Connect, int, error) {
 	}
 	h.called("Connect", start)
 	if err != nil {
-		return nil, 0, fmt.Errorf("connect %s: %w", h.opts.URI, err)
+		return nil, nil, fmt.Errorf("connect %s: %w", h.opts.URI, err)
 	}
-	fail := func(what string, err error) (*libvirt.Connect, int, error) {
+	fail := func(what string, err error) (*libvirt.Connect, []int, error) {
 		conn.Close()
-		return nil, 0, fmt.Errorf("%s on %s: %w", what, h.opts.URI, err)
+		return nil, nil, fmt.Errorf("%s on %s: %w", what, h.opts.URI, err)
 	}
 	// Keepalive only exists on remote connections (the test driver says
 	// it is unsupported); a dead daemon is then noticed within ~15 s.
@@ -217,15 +217,14 @@ func (h *Hypervisor) connect() (*libvirt.Connect, int, error) {
 	if err != nil && !isUnsupported(err) {
 		return fail("register close callback", err)
 	}
-	start = time.Now()
-	id, err := conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
+	queue := func(d *libvirt.Domain, event libvirt.DomainEventType, detail int) {
 		at := time.Now()
 		uuid, err := d.GetUUIDString() // local: the event carries the UUID
 		if err != nil {
 			return
 		}
 		select {
-		case h.raw <- rawEvent{uuid: strings.ToLower(uuid), event: ev.Event, detail: ev.Detail, at: at}:
+		case h.raw <- rawEvent{uuid: strings.ToLower(uuid), event: event, detail: detail, at: at}:
 		default:
 			// The loop is far behind; a full resync repairs the cache.
 			select {
@@ -233,19 +232,59 @@ func (h *Hypervisor) connect() (*libvirt.Connect, int, error) {
 			default:
 			}
 		}
+	}
+	var ids []int
+	start = time.Now()
+	id, err := conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
+		queue(d, ev.Event, ev.Detail)
 	})
 	h.called("DomainEventLifecycleRegister", start)
 	if err != nil {
 		return fail("register lifecycle events", err)
 	}
-	return conn, id, nil
+	ids = append(ids, id)
+	// A NIC plugged into or out of a running domain changes its definition
+	// without a lifecycle event: refresh it then, as the periodic resync
+	// only re-reads definitions whose state changed.
+	for _, register := range []func() (int, error){
+		func() (int, error) {
+			return conn.DomainEventDeviceAddedRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, _ *libvirt.DomainEventDeviceAdded) {
+				queue(d, eventDeviceChanged, 0)
+			})
+		},
+		func() (int, error) {
+			return conn.DomainEventDeviceRemovedRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, _ *libvirt.DomainEventDeviceRemoved) {
+				queue(d, eventDeviceChanged, 0)
+			})
+		},
+	} {
+		start := time.Now()
+		id, err := register()
+		h.called("DomainEventDeviceRegister", start)
+		if err != nil && !isUnsupported(err) {
+			for _, id := range ids {
+				_ = conn.DomainEventDeregister(id)
+			}
+			return fail("register device events", err)
+		}
+		if err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return conn, ids, nil
 }
 
-func (h *Hypervisor) disconnect(conn *libvirt.Connect, callbackID int) {
+// eventDeviceChanged stands for a device added to or removed from a domain;
+// libvirt's lifecycle event types are all positive.
+const eventDeviceChanged libvirt.DomainEventType = -1
+
+func (h *Hypervisor) disconnect(conn *libvirt.Connect, callbackIDs []int) {
 	h.connMu.Lock()
 	h.conn = nil
 	h.connMu.Unlock()
-	_ = conn.DomainEventDeregister(callbackID)
+	for _, id := range callbackIDs {
+		_ = conn.DomainEventDeregister(id)
+	}
 	_ = conn.UnregisterCloseCallback()
 	conn.Close()
 	// Drain a stale "lost" signal so the next connection starts clean.
@@ -258,7 +297,7 @@ func (h *Hypervisor) disconnect(conn *libvirt.Connect, callbackID int) {
 // serve keeps the cache in step with one live connection until the
 // connection is lost (error) or ctx ends (nil).
 func (h *Hypervisor) serve(ctx context.Context, conn *libvirt.Connect) error {
-	if err := h.resync(ctx, conn); err != nil {
+	if err := h.resync(ctx, conn, true); err != nil {
 		return err
 	}
 	h.connMu.Lock()
@@ -277,11 +316,11 @@ func (h *Hypervisor) serve(ctx context.Context, conn *libvirt.Connect) error {
 				return fmt.Errorf("connection to %s closed", h.opts.URI)
 			}
 			// Events overflowed on a live connection: start over.
-			if err := h.resync(ctx, conn); err != nil {
+			if err := h.resync(ctx, conn, true); err != nil {
 				return err
 			}
 		case <-ticker.C:
-			if err := h.resync(ctx, conn); err != nil {
+			if err := h.resync(ctx, conn, false); err != nil {
 				return err
 			}
 		case ev := <-h.raw:
@@ -298,26 +337,47 @@ func (h *Hypervisor) markStarted() {
 	}
 }
 
-// resync rebuilds the domain and lease caches from a full listing and
-// publishes the differences as events.
-func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect) error {
+// resync rebuilds the domain and lease caches from a listing and publishes
+// the differences as events. The listing carries every domain's state in
+// one call; a domain's definition is read again only when it is new, its
+// state changed, or full is set (a new connection, events lost): definitions
+// otherwise change with events (defined, started, device added or removed)
+// that refresh them. An unchanged host costs one call, plus the leases.
+func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full bool) error {
 	start := time.Now()
-	doms, err := conn.ListAllDomains(0)
-	h.called("ListAllDomains", start)
+	stats, err := conn.GetAllDomainStats(nil, libvirt.DOMAIN_STATS_STATE, 0)
+	h.called("GetAllDomainStats", start)
 	if err != nil {
 		return fmt.Errorf("list domains on %s: %w", h.opts.URI, err)
 	}
-	fresh := make([]Domain, 0, len(doms))
-	for i := range doms {
-		d, err := h.describe(&doms[i])
-		doms[i].Free()
+	defer func() {
+		for i := range stats {
+			stats[i].Domain.Free()
+		}
+	}()
+	h.mu.RLock()
+	cached := h.domains
+	h.mu.RUnlock()
+	fresh := make([]Domain, 0, len(stats))
+	for i := range stats {
+		st := stats[i]
+		if st.Domain == nil || st.State == nil || !st.State.StateSet {
+			continue
+		}
+		state := stateFromLibvirt(libvirt.DomainState(st.State.State))
+		uuid, err := st.Domain.GetUUIDString() // local
+		if err != nil {
+			continue
+		}
+		if prev, ok := cached.byUUID[strings.ToLower(uuid)]; ok && !full && prev.State == state {
+			fresh = append(fresh, prev)
+			continue
+		}
+		d, err := h.describeAs(st.Domain, state)
 		if isNoDomain(err) {
 			continue // undefined while we listed
 		}
 		if err != nil {
-			for j := i + 1; j < len(doms); j++ {
-				doms[j].Free()
-			}
 			return err
 		}
 		fresh = append(fresh, d)
@@ -367,7 +427,13 @@ func (h *Hypervisor) describe(dom *libvirt.Domain) (Domain, error) {
 	if err != nil {
 		return Domain{}, fmt.Errorf("domain state on %s: %w", h.opts.URI, err)
 	}
-	start = time.Now()
+	return h.describeAs(dom, stateFromLibvirt(st))
+}
+
+// describeAs reads one domain's definition (one libvirt call); its state
+// is known.
+func (h *Hypervisor) describeAs(dom *libvirt.Domain, state State) (Domain, error) {
+	start := time.Now()
 	desc, err := dom.GetXMLDesc(0)
 	h.called("GetXMLDesc", start)
 	if err != nil {
@@ -377,7 +443,7 @@ func (h *Hypervisor) describe(dom *libvirt.Domain) (Domain, error) {
 	if err != nil {
 		return Domain{}, fmt.Errorf("%s: %w", h.opts.URI, err)
 	}
-	d.State = stateFromLibvirt(st)
+	d.State = state
 	d.Hypervisor = h.opts.Zone
 	return d, nil
 }

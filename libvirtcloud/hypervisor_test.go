@@ -300,7 +300,7 @@ func TestStateFoundDownAfterAnEventKeepsTheEventTime(t *testing.T) {
 	h := &Hypervisor{opts: Options{URI: "test://" + path, Zone: "zone-a", Neighbours: noNeighbours},
 		domains: newIndex(), leases: map[string][]netip.Addr{}, agent: map[string]agentAnswer{}}
 	ctx := context.Background()
-	if err := h.resync(ctx, conn); err != nil {
+	if err := h.resync(ctx, conn, true); err != nil {
 		t.Fatal(err)
 	}
 	cached := func(name string) Domain { // the cache, without a live connection
@@ -340,3 +340,58 @@ func TestStateFoundDownAfterAnEventKeepsTheEventTime(t *testing.T) {
 }
 
 func noNeighbours() (map[string][]netip.Addr, error) { return nil, nil }
+
+// The periodic resync lists every domain's state in one call and re-reads
+// only the definitions of domains whose state it did not expect; a full
+// one (new connection, lost events) re-reads them all.
+func TestPeriodicResyncRereadsOnlyWhatChanged(t *testing.T) {
+	h := openFixture(t, Options{})
+	ctx := context.Background()
+	cost := func(f func(*libvirt.Connect) error) uint64 {
+		t.Helper()
+		before := h.Calls()
+		if err := h.withConn(f); err != nil {
+			t.Fatal(err)
+		}
+		return h.Calls() - before
+	}
+	leases := cost(func(c *libvirt.Connect) error { _, err := h.readLeases(c); return err })
+	resync := func(full bool) func(*libvirt.Connect) error {
+		return func(c *libvirt.Connect) error { return h.resync(ctx, c, full) }
+	}
+	if n := cost(resync(false)); n != 1+leases {
+		t.Errorf("a resync of an unchanged host made %d calls, want 1 listing + %d for the leases", n, leases)
+	}
+
+	// An event that was missed: the cache says node-a is shut off.
+	events, stop := h.Subscribe()
+	defer stop()
+	d, err := h.DomainByName("node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	wrong := d
+	wrong.State = StateShutOff
+	h.domains.put(wrong)
+	h.mu.Unlock()
+	if n := cost(resync(false)); n != 1+1+leases {
+		t.Errorf("a resync with one domain changed made %d calls, want 1 listing + 1 definition + %d for the leases", n, leases)
+	}
+	if d, _ := h.DomainByName("node-a"); d.State != StateRunning {
+		t.Errorf("node-a after the resync: %v, want running", d.State)
+	}
+	select {
+	case e := <-events:
+		if e.Domain.Name != "node-a" || e.Domain.State != StateRunning {
+			t.Errorf("event %+v, want node-a running", e)
+		}
+	case <-time.After(time.Second):
+		t.Error("the repaired domain was not published")
+	}
+
+	domains := uint64(len(h.Domains()))
+	if n := cost(resync(true)); n != 1+domains+leases {
+		t.Errorf("a full resync made %d calls, want 1 listing + %d definitions + %d for the leases", n, domains, leases)
+	}
+}

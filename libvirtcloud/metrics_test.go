@@ -28,13 +28,13 @@ func libvirtCalls(t *testing.T, call string) uint64 {
 // cache's size is published per zone, through events too.
 func TestCacheMetrics(t *testing.T) {
 	metrics.Register()
-	all, lists := libvirtCalls(t, ""), libvirtCalls(t, "ListAllDomains")
+	all, lists := libvirtCalls(t, ""), libvirtCalls(t, "GetAllDomainStats")
 	h := openFixture(t, Options{Zone: "metrics-zone"})
 	if got := libvirtCalls(t, "") - all; got != h.Calls() {
 		t.Errorf("%d calls timed, %d made", got, h.Calls())
 	}
-	if got := libvirtCalls(t, "ListAllDomains") - lists; got != 1 {
-		t.Errorf("%d ListAllDomains calls timed, want 1", got)
+	if got := libvirtCalls(t, "GetAllDomainStats") - lists; got != 1 {
+		t.Errorf("%d GetAllDomainStats calls timed, want 1", got)
 	}
 	cached := func() float64 {
 		t.Helper()

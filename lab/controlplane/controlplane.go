@@ -43,6 +43,8 @@ type Options struct {
 	Tokens []Token
 	// ControllerManagerArgs are added to kube-controller-manager's flags.
 	ControllerManagerArgs []string
+	// APIServerArgs are added to kube-apiserver's flags (e.g. an audit log).
+	APIServerArgs []string
 	// Daemon starts the processes so that they outlive the caller.
 	Daemon bool
 	// Scheduler starts kube-scheduler too (the lab with real nodes).
@@ -200,7 +202,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if err := cp.WriteKubeconfig(cp.AdminKube, "labcloud-admin", admin); err != nil {
 		return err
 	}
-	p, err := cp.start(ctx, "kube-apiserver",
+	args := []string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", cp.opts.Address, "--advertise-address", cp.opts.Address,
 		"--secure-port", strconv.Itoa(port),
@@ -225,7 +227,9 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
 		"--proxy-client-cert-file", cp.path("front-proxy-client.crt"),
 		"--proxy-client-key-file", cp.path("front-proxy-client.key"),
-		"--cert-dir", cp.path("certs"))
+		"--cert-dir", cp.path("certs"),
+	}
+	p, err := cp.start(ctx, "kube-apiserver", append(args, cp.opts.APIServerArgs...)...)
 	if err != nil {
 		return err
 	}

@@ -181,7 +181,7 @@ func TestMetricsThroughSecurePort(t *testing.T) {
 		check("labcloud_lb_allocations_total", pool, some, isSome),
 		check("labcloud_lb_arp_replies_total", nil, some, isSome),
 		check("labcloud_libvirt_cached_domains", zone, two, isTwo),
-		check("labcloud_libvirt_call_duration_seconds_count", map[string]string{"call": "ListAllDomains"}, some, isSome),
+		check("labcloud_libvirt_call_duration_seconds_count", map[string]string{"call": "GetAllDomainStats"}, some, isSome),
 	)
 	if v, ok := sampleValue(ms, "labcloud_lb_releases_total", pool); ok && v != 0 {
 		t.Errorf("labcloud_lb_releases_total = %v before anything was released", v)
