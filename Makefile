@@ -13,12 +13,15 @@ all: build
 deps:
 	hack/install-deps.sh
 
-# The version (hack/version.sh: git describe) is stamped into both binaries;
-# the CCM's also into component-base, which /version, the user agent and
-# kubernetes_build_info report. Tests and the lab build through this target.
+# The version (hack/version.sh: git describe) is stamped into both binaries.
+# component-base's version is the Kubernetes libraries' (k8s.io/cloud-provider
+# v0.36.3 -> v1.36.3), as /version, the user agent and kubernetes_build_info
+# expect. The feature gates take their emulation version from it: ours (v0.1)
+# would give every versioned gate its default of before Kubernetes 1.0 (off,
+# for ContextualLogging). Tests and the lab build through this target.
 VERSION ?= $(shell hack/version.sh)
-LDFLAGS := -X github.com/labcloud/labcloud/version.stamped=$(VERSION) -X k8s.io/component-base/version.gitVersion=$(VERSION) \
-	-X k8s.io/component-base/version.gitCommit=$(shell git rev-parse HEAD 2>/dev/null)
+KUBE_VERSION ?= $(shell go list -m -f '{{.Version}}' k8s.io/cloud-provider | sed 's/^v0\./v1./')
+LDFLAGS := -X github.com/labcloud/labcloud/version.stamped=$(VERSION) -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)
 
 build:
 	mkdir -p $(BIN)

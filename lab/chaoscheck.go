@@ -59,9 +59,11 @@ type SnapNode struct {
 	UID      string
 	Excluded bool // node.kubernetes.io/exclude-from-external-load-balancers
 	// Reported is the Ready condition's last heartbeat; NotReady, that the
-	// report said the node is not Ready.
+	// report said the node is not Ready; Unknown, that Ready is Unknown
+	// (kube-controller-manager stopped hearing from the kubelet).
 	Reported    time.Time
 	NotReady    bool
+	Unknown     bool
 	PodCIDRs    []netip.Prefix
 	InternalIPs []netip.Addr
 	Addresses   []netip.Addr // all addresses, any type
@@ -123,11 +125,19 @@ func Evaluate(prev, cur *Snapshot) []Condition {
 // node: its domain runs, it is not excluded from load balancers, and it has
 // reported Ready since its domain last went down (before that its status is the
 // one from before; the guest is still booting).
-func eligibleMACs(s *Snapshot) map[string]string {
+func eligibleMACs(s *Snapshot) map[string]string { return macsOfNodes(s, false) }
+
+// keepingMACs are eligibleMACs plus the nodes whose Ready is Unknown: when
+// no node is eligible, a VIP stays with the node answering it if that node
+// is Unknown (the CCM does not withdraw VIPs for a control-plane outage).
+func keepingMACs(s *Snapshot) map[string]string { return macsOfNodes(s, true) }
+
+func macsOfNodes(s *Snapshot, unknownToo bool) map[string]string {
 	out := map[string]string{}
 	for _, n := range s.Nodes {
 		d, ok := s.Domains[n.Name]
-		if !ok || !d.Running || n.Excluded || n.NotReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) {
+		notReady := n.NotReady && !(unknownToo && n.Unknown)
+		if !ok || !d.Running || n.Excluded || notReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) {
 			continue
 		}
 		out[d.MAC] = n.Name
@@ -165,6 +175,8 @@ func checkVIPAnswers(s *Snapshot) []Condition {
 			c.Detail = fmt.Sprintf("answered by %d MACs: %s", len(macs), strings.Join(macs, ", "))
 		case len(s.Domains) == 0:
 			continue // libvirt has not answered yet: nothing to judge the MAC by
+		case len(eligible) == 0 && narrowByEndpoints(keepingMACs(s), s.Services, vip)[macs[0]] != "":
+			continue // kept by an Unknown node while none is eligible
 		case eligible[macs[0]] == "":
 			if len(eligible) == 0 {
 				c.Detail = fmt.Sprintf("answered by %s, and no node is eligible", whoseMAC(s, macs[0]))

@@ -71,6 +71,17 @@ func TestEvaluate(t *testing.T) {
 			s.Domains["n1"] = SnapDomain{MAC: mac1}
 			s.Domains["n2"] = SnapDomain{MAC: mac2}
 		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain shut off, not eligible), and no node is eligible"}},
+		{name: "every node Unknown: the answering one may keep it", change: func(s *Snapshot) {
+			s.Nodes[0].NotReady, s.Nodes[0].Unknown = true, true
+			s.Nodes[1].NotReady, s.Nodes[1].Unknown = true, true
+		}},
+		{name: "an Unknown node keeps a VIP another node is eligible for", change: func(s *Snapshot) {
+			s.Nodes[0].NotReady, s.Nodes[0].Unknown = true, true
+		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
+		{name: "a node reported NotReady keeps a VIP", change: func(s *Snapshot) {
+			s.Nodes[0].NotReady = true
+			s.Nodes[1].NotReady, s.Nodes[1].Unknown = true, true
+		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible), and no node is eligible"}},
 		{name: "no node up: unanswered is right", change: func(s *Snapshot) {
 			s.Domains["n1"] = SnapDomain{MAC: mac1}
 			s.Domains["n2"] = SnapDomain{MAC: mac2}

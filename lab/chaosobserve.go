@@ -287,7 +287,7 @@ func snapNode(n *v1.Node) SnapNode {
 	_, sn.Excluded = n.Labels[excludeLBLabel]
 	for _, c := range n.Status.Conditions {
 		if c.Type == v1.NodeReady {
-			sn.Reported, sn.NotReady = c.LastHeartbeatTime.Time, c.Status != v1.ConditionTrue
+			sn.Reported, sn.NotReady, sn.Unknown = c.LastHeartbeatTime.Time, c.Status != v1.ConditionTrue, c.Status == v1.ConditionUnknown
 		}
 	}
 	cidrs := n.Spec.PodCIDRs

@@ -890,3 +890,45 @@ func TestLoadBalancerSkipsNodesOffTheBridge(t *testing.T) {
 		}
 	}
 }
+
+// setReady sets a test Node's Ready condition as kube-controller-manager
+// (Unknown, NodeStatusUnknown) or a kubelet (True, False) reports it.
+func (f *lbFixture) setReady(n testNode, status v1.ConditionStatus) {
+	f.t.Helper()
+	obj := n.object()
+	obj.Status.Conditions[0].Status = status
+	if status == v1.ConditionUnknown {
+		obj.Status.Conditions[0].Reason = "NodeStatusUnknown"
+	}
+	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, obj, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestVIPStaysWhileEveryNodeIsUnknown: after a control-plane outage
+// kube-controller-manager marks every Node Unknown until the kubelets
+// report again. Their domains run, so the VIP stays where it is instead of
+// going dark; a Node that reports Ready takes it, and a Node its kubelet
+// reports NotReady gives it up.
+func TestVIPStaysWhileEveryNodeIsUnknown(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
+	vip := f.mustEnsure(lbService("web"))
+	first, _ := nodeOf(f.ann.answering(vip))
+	other := otherNode(first)
+
+	f.setReady(other, v1.ConditionUnknown)
+	f.setReady(first, v1.ConditionUnknown)
+	time.Sleep(100 * time.Millisecond) // the loop's passes on both updates
+	f.lb.place.pass(f.ctx, nil)
+	if f.ann.removed(vip) || f.ann.answering(vip).String() != first.mac.String() {
+		t.Fatalf("with every Node Unknown the VIP went from %s to %v (removed: %v); events %q",
+			first.mac, f.ann.answering(vip), f.ann.removed(vip), f.drain())
+	}
+
+	f.setReady(other, v1.ConditionTrue)
+	f.waitFor("move to the Node that reported Ready", func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+
+	f.setReady(first, v1.ConditionUnknown)
+	f.setReady(other, v1.ConditionFalse)
+	f.waitFor("withdrawn from the Node its kubelet reports NotReady", func() bool { return f.ann.removed(vip) && f.ann.answering(vip) == nil })
+}

@@ -280,6 +280,9 @@ type snapshot struct {
 	listed map[string]*v1.Node  // every Node
 	known  map[string]nodeFacts // every Node's domain facts known now
 	byMAC  map[string]macHolder // by MAC: this pass's facts, else the last pass's
+	// Nodes whose Ready is Unknown (kube-controller-manager stopped hearing
+	// from their kubelet) but that may answer otherwise.
+	unknown map[string]nodeFacts
 }
 
 // macHolder is the node whose domain has a MAC, and that domain's facts.
@@ -347,6 +350,9 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 				p.eventOnce(hs, given, ip)
 				continue
 			}
+			if p.keepOnUnknown(snap, now, hs, given) {
+				continue
+			}
 			if err := p.ann.Remove(ip); err != nil {
 				log.Error(err, "Cannot stop announcing VIP", "ip", ip)
 				continue
@@ -385,6 +391,23 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
 	}
 	p.conds.update(p.answers(snap, holders))
+}
+
+// keepOnUnknown says whether a VIP that no node is eligible for stays with
+// the node answering it (MAC now): its Node is Unknown, not reported
+// NotReady, its domain runs, and the Services' policies allow it. After a
+// control-plane outage kube-controller-manager marks every Node Unknown
+// until the kubelets report again; withdrawing every VIP then would turn a
+// control-plane blip into a data-plane outage. Any Node that reports Ready
+// takes the VIP as usual.
+func (p *placement) keepOnUnknown(snap snapshot, now net.HardwareAddr, holders []string, given *v1.Service) bool {
+	h, ok := snap.byMAC[now.String()]
+	if !ok {
+		return false
+	}
+	f, unknown := snap.unknown[h.node]
+	return unknown && f.fresh && bytes.Equal(f.mac, now) && p.eligible(h.node, f) &&
+		slices.Contains(p.narrow([]string{h.node}, holders, given), h.node)
 }
 
 // moveReason tells why the node answering for a VIP with mac no longer
@@ -442,7 +465,7 @@ func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[
 // deleted) and their domains. A Node whose hypervisor cannot be asked keeps
 // its last known facts.
 func (p *placement) snapshot(ctx context.Context) snapshot {
-	snap := snapshot{facts: map[string]nodeFacts{}, listed: map[string]*v1.Node{}, known: map[string]nodeFacts{}, byMAC: map[string]macHolder{}}
+	snap := snapshot{facts: map[string]nodeFacts{}, listed: map[string]*v1.Node{}, known: map[string]nodeFacts{}, byMAC: map[string]macHolder{}, unknown: map[string]nodeFacts{}}
 	for name, f := range p.known {
 		if f.mac != nil {
 			snap.byMAC[f.mac.String()] = macHolder{node: name, facts: f}
@@ -477,7 +500,13 @@ func (p *placement) snapshot(ctx context.Context) snapshot {
 			}
 		}
 		_, excluded := n.Labels[excludeLabel]
-		if excluded || n.DeletionTimestamp != nil || !nodeReady(n) {
+		if excluded || n.DeletionTimestamp != nil {
+			continue
+		}
+		if !nodeReady(n) {
+			if ok && readyUnknown(n) {
+				snap.unknown[n.Name] = f
+			}
 			continue
 		}
 		if ok {
@@ -601,6 +630,17 @@ func (p *placement) eventOnce(holders []string, given *v1.Service, ip netip.Addr
 			p.recorder.Eventf(given, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
 		}
 	}
+}
+
+// readyUnknown: kube-controller-manager has not heard from the Node's
+// kubelet within its grace period (or the kubelet never reported).
+func readyUnknown(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionUnknown
+		}
+	}
+	return false
 }
 
 func nodeReady(n *v1.Node) bool {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/labcloud/labcloud/metrics"
 	"github.com/labcloud/labcloud/provider"
+	"github.com/labcloud/labcloud/quietlog"
 	"github.com/labcloud/labcloud/version"
 )
 
@@ -53,7 +54,17 @@ func main() {
 	setDefaults(opts)
 
 	var cfg provider.Config
+	var splitStream bool
 	initCloud := func(c *config.CompletedConfig) cloudprovider.Interface {
+		// Logging is set up by now. Lines that only say nothing changed
+		// need -v=2 (quietlog); split streams buffer info lines behind a
+		// flush that cannot be carried over to a wrapped logger, so they
+		// keep upstream's lines.
+		if !splitStream && !quietlog.Install() {
+			klog.V(2).Info("Logging through klog without a logger (contextual logging disabled): per-pass lines stay at level 0")
+		}
+		// Upstream's "Version:" line gives the Kubernetes libraries'.
+		klog.InfoS("Starting libvirt-cloud-controller-manager", "version", version.Get())
 		// The factory every controller and the provider share, rebuilt
 		// with a transform before anything asks it for an informer (the
 		// upstream app creates it in Config and hands it out only after
@@ -87,6 +98,11 @@ func main() {
 		}
 		if cfg, err = provider.LoadConfigFile(cp.CloudConfigFile); err != nil {
 			return err
+		}
+		for _, name := range []string{"log-text-split-stream", "log-json-split-stream"} {
+			if f := c.Flags().Lookup(name); f != nil && f.Value.String() == "true" {
+				splitStream = true
+			}
 		}
 		return run(c, args)
 	}

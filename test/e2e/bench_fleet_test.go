@@ -63,7 +63,7 @@ func fleetMAC(i int) string {
 }
 
 // ipBatch runs ip -batch; a failed line fails the benchmark when strict.
-func ipBatch(b *testing.B, lines string, strict bool) {
+func ipBatch(b testing.TB, lines string, strict bool) {
 	cmd := exec.Command("ip", "-force", "-batch", "-")
 	cmd.Stdin = strings.NewReader(lines)
 	if out, err := cmd.CombinedOutput(); err != nil && strict {
@@ -74,7 +74,7 @@ func ipBatch(b *testing.B, lines string, strict bool) {
 // newFleet writes the fixture (n running test-driver domains with a NIC on
 // the e2e bridge) and adds the fleet's subnet to the bridge. Nodes are
 // created by register.
-func newFleet(b *testing.B, prefix string, n int) *fleet {
+func newFleet(b testing.TB, prefix string, n int) *fleet {
 	bridgeSubnet(b, fleetSubnet)
 	var sb strings.Builder
 	sb.WriteString(`<node><cpu><mhz>2000</mhz><model>x86_64</model><active>64</active><total>64</total><nodes>1</nodes><sockets>1</sockets><cores>64</cores><threads>1</threads></cpu><memory>1073741824</memory>
@@ -127,7 +127,7 @@ loadBalancer:
 // register creates every Node (32 clients at once), reports it Ready with
 // its InternalIP, starts renewing the node Leases every renew, and waits
 // until the CCM has initialized them all.
-func (f *fleet) register(b *testing.B, renew, timeout time.Duration) {
+func (f *fleet) register(b testing.TB, renew, timeout time.Duration) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var errs []error
@@ -239,7 +239,7 @@ func renewLeases(prefix string, n int, period time.Duration) func() {
 // clients at once) and waits until each has a VIP in its status and the
 // host's neighbour table answers that VIP with a node's MAC (the
 // announcer's permanent entry on the bridge).
-func createServices(b *testing.B, prefix string, n int, timeout time.Duration) {
+func createServices(b testing.TB, prefix string, n int, timeout time.Duration) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var errs []error
@@ -285,7 +285,7 @@ func createServices(b *testing.B, prefix string, n int, timeout time.Duration) {
 
 // permanentNeighbours are the addresses with a permanent neighbour entry on
 // the bridge: the VIPs the announcer answers for.
-func permanentNeighbours(b *testing.B) map[netip.Addr]bool {
+func permanentNeighbours(b testing.TB) map[netip.Addr]bool {
 	link, err := netlink.LinkByName(env.bridge)
 	if err != nil {
 		b.Fatalf("bridge %s: %v", env.bridge, err)

@@ -213,7 +213,7 @@ func deleteServicesAndWait(b *testing.B, prefix string, timeout time.Duration) {
 
 // bridgeSubnet adds a second subnet to the e2e bridge for the test, so that
 // a large pool's VIPs are on-link for LAN clients.
-func bridgeSubnet(b *testing.B, cidr string) {
+func bridgeSubnet(b testing.TB, cidr string) {
 	if out, err := exec.Command("ip", "addr", "add", cidr, "dev", env.bridge).CombinedOutput(); err != nil {
 		b.Fatalf("ip addr add %s dev %s: %v: %s", cidr, env.bridge, err, out)
 	}

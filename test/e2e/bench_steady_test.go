@@ -22,7 +22,8 @@ import (
 // initialized, routed) and 100 LoadBalancer Services (VIPs announced), and
 // then nothing changes; the CCM as shipped is watched for a window (60 s,
 // or LABCLOUD_STEADY_WINDOW) and must make no write to the API server but
-// its leader Lease renewals, no libvirt call, and use under 1% of a core.
+// its leader Lease renewals, no libvirt call, use under 1% of a core, and
+// log at most 10 lines a minute at default verbosity.
 //
 //   - API writes: the API server's audit log of the CCM's identity
 //     (auditPolicy), every create/update/patch/delete; Lease updates are
@@ -70,6 +71,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	pid := ccm.proc.Pid()
 	cpu0 := cpuTicks(b, pid)
 	log0 := fileSize(libvirtLog)
+	ccmLog0 := fileSize(ccm.proc.Log)
 	t0 := time.Now()
 	time.Sleep(window)
 	t1 := time.Now()
@@ -103,6 +105,8 @@ func BenchmarkSteadyState(b *testing.B) {
 	b.ReportMetric(perMin(leaseWrites), "lease-writes/min")
 	b.ReportMetric(perMin(total(calls)), "libvirt-calls/min")
 	b.ReportMetric(cpuPct, "cpu-%")
+	logLines := bytes.Count(linesSince(b, ccm.proc.Log, ccmLog0), []byte("\n"))
+	b.ReportMetric(perMin(logLines), "log-lines/min")
 	b.Logf("window %s, starting %s after the CCM started; lease writes %d", t1.Sub(t0).Round(time.Second), t0.Sub(started).Round(time.Second), leaseWrites)
 	if apiWrites > 0 {
 		b.Errorf("%d API writes besides Lease renewals in %s:\n%s", apiWrites, window, summarize(writes))
@@ -121,6 +125,9 @@ func BenchmarkSteadyState(b *testing.B) {
 	b.ReportMetric(float64(ticks), "resyncs")
 	if n := total(calls); n > 2*ticks {
 		b.Errorf("%d libvirt calls in %s (%d resyncs account for %d): %v", n, window, ticks, 2*ticks, calls)
+	}
+	if perMin(logLines) > 10 {
+		b.Errorf("the CCM logged %.0f lines a minute at default verbosity, want at most 10", perMin(logLines))
 	}
 	if cpuPct >= 1 {
 		b.Errorf("the CCM used %.2f%% of a core at steady state, want < 1%%", cpuPct)

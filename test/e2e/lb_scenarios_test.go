@@ -45,12 +45,16 @@ func lbNodes(t testing.TB, prefix string, n int) map[string]net.HardwareAddr {
 	return macs
 }
 
-// heartbeat refreshes the Nodes' Ready heartbeat (keeping its status) as a
-// kubelet would, so that kube-controller-manager does not mark them Unknown
+// heartbeat refreshes the Nodes' Ready heartbeat (keeping the status the
+// test set) as a kubelet would, so that kube-controller-manager does not mark them Unknown
 // during a long test.
 func heartbeat(t testing.TB, names ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	reported := map[string]v1.ConditionStatus{} // what each "kubelet" last said
+	for _, name := range names {
+		reported[name] = v1.ConditionTrue
+	}
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(10 * time.Second)
@@ -67,8 +71,19 @@ func heartbeat(t testing.TB, names ...string) {
 					continue
 				}
 				for i := range n.Status.Conditions {
-					if n.Status.Conditions[i].Type == v1.NodeReady {
-						n.Status.Conditions[i].LastHeartbeatTime = metav1.Now()
+					c := &n.Status.Conditions[i]
+					if c.Type != v1.NodeReady {
+						continue
+					}
+					c.LastHeartbeatTime = metav1.Now()
+					// kube-controller-manager marks a Node Unknown when it
+					// has not heard from it in time (after an API server
+					// outage, every Node); the kubelet's next report says
+					// what it said before.
+					if c.Status == v1.ConditionUnknown && c.Reason == "NodeStatusUnknown" {
+						c.Status, c.Reason = reported[name], "KubeletReady"
+					} else {
+						reported[name] = c.Status
 					}
 				}
 				_, _ = env.admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
