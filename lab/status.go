@@ -9,13 +9,17 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
 
@@ -27,6 +31,7 @@ type Status struct {
 	// HostKubeconfig works from the host (API server at HostAPIServer).
 	HostKubeconfig string          `json:"hostKubeconfig,omitempty"`
 	HostAPIServer  string          `json:"hostAPIServer,omitempty"`
+	At             time.Time       `json:"at"` // when it was read
 	Nodes          []NodeStatus    `json:"nodes"`
 	Services       []ServiceStatus `json:"services"`
 }
@@ -45,12 +50,21 @@ type NodeStatus struct {
 	Taints      []string `json:"taints,omitempty"`
 }
 
-// ServiceStatus is one LoadBalancer Service.
+// ServiceStatus is one VIP of a LoadBalancer Service: who answers for it
+// and since when, as the CCM's lb.labcloud.io/Announced condition says,
+// and the MAC the host's neighbour table has for it (what the wire says).
 type ServiceStatus struct {
 	Service string `json:"service"`
 	VIP     string `json:"vip"`
 	Node    string `json:"node"`
 	MAC     string `json:"mac"`
+	// Since is the condition's lastTransitionTime: when the current answer
+	// (or the lack of one) began.
+	Since *time.Time `json:"since,omitempty"`
+	// Placement is the condition's reason (Announced, NoEligibleNode), or
+	// why there is none to read.
+	Placement     string `json:"placement"`
+	HostNeighbour string `json:"hostNeighbour"`
 }
 
 // GetStatus reads the lab's state from the API server, libvirt and the
@@ -60,14 +74,13 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Status{Kubeconfig: st.Kubeconfig, APIServer: st.APIServer, HostKubeconfig: st.HostKubeconfig, HostAPIServer: st.HostAPIServer}
+	out := &Status{Kubeconfig: st.Kubeconfig, APIServer: st.APIServer, HostKubeconfig: st.HostKubeconfig, HostAPIServer: st.HostAPIServer, At: time.Now()}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	routes, _ := ownedRoutes()
 	domains := domainInfo(libvirtURI(st))
-	macToNode := map[string]string{}
 	for _, n := range nodes.Items {
 		ns := NodeStatus{Name: n.Name, ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, Ready: "Unknown"}
 		for _, c := range n.Status.Conditions {
@@ -83,7 +96,6 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		}
 		if d, ok := domains[n.Name]; ok {
 			ns.Domain, ns.DomainState, ns.MAC = n.Name, d.state, d.mac
-			macToNode[d.mac] = n.Name
 		}
 		if gw, ok := routes[n.Spec.PodCIDR]; ok {
 			ns.Route = fmt.Sprintf("via %s dev %s proto %d", gw, Bridge, netroutes.DefaultProtocol)
@@ -95,21 +107,50 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		return nil, fmt.Errorf("list services: %w", err)
 	}
 	neigh := vipNeighbours()
-	for _, s := range svcs.Items {
-		if s.Spec.Type != v1.ServiceTypeLoadBalancer {
-			continue
-		}
-		ss := ServiceStatus{Service: s.Namespace + "/" + s.Name}
-		for _, ing := range s.Status.LoadBalancer.Ingress {
-			ss.VIP = ing.IP
-			ss.MAC = neigh[ing.IP]
-			ss.Node = macToNode[ss.MAC]
-		}
-		out.Services = append(out.Services, ss)
+	for i := range svcs.Items {
+		out.Services = append(out.Services, serviceRows(&svcs.Items[i], neigh)...)
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
-	sort.Slice(out.Services, func(i, j int) bool { return out.Services[i].Service < out.Services[j].Service })
+	sort.SliceStable(out.Services, func(i, j int) bool { return out.Services[i].Service < out.Services[j].Service })
 	return out, nil
+}
+
+// serviceRows are a LoadBalancer Service's VIPs (one row without a VIP
+// while it has none), read from its Announced condition; neigh maps VIPs
+// to the MAC the host's neighbour table has for them.
+func serviceRows(s *v1.Service, neigh map[string]string) []ServiceStatus {
+	if s.Spec.Type != v1.ServiceTypeLoadBalancer {
+		return nil
+	}
+	name := s.Namespace + "/" + s.Name
+	placement, answers := "no "+lb.ConditionAnnounced+" condition yet", map[string]lb.Answer{}
+	var since *time.Time
+	if c := meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced); c != nil {
+		t := c.LastTransitionTime.Time
+		placement, since = c.Reason, &t
+		parsed, err := lb.ParseAnnounced(*c)
+		if err != nil {
+			placement = err.Error()
+		}
+		for _, a := range parsed {
+			answers[a.VIP.String()] = a
+		}
+	}
+	var rows []ServiceStatus
+	for _, ing := range s.Status.LoadBalancer.Ingress {
+		row := ServiceStatus{Service: name, VIP: ing.IP, Since: since, Placement: placement, HostNeighbour: neigh[ing.IP]}
+		if a, ok := answers[ing.IP]; ok {
+			row.Node = a.Node
+			if a.MAC != nil {
+				row.MAC = a.MAC.String()
+			}
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		rows = append(rows, ServiceStatus{Service: name, Placement: "no VIP yet"})
+	}
+	return rows
 }
 
 // WriteTable prints the status as two tables.
@@ -121,9 +162,13 @@ func (s *Status) WriteTable(w io.Writer) {
 			dash(strings.Join(n.Addresses, ",")), dash(n.PodCIDR), dash(n.Route), dash(n.ProviderID))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC")
+	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC\tSINCE\tPLACEMENT\tHOST NEIGHBOUR")
 	for _, v := range s.Services {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Service, dash(v.VIP), dash(v.Node), dash(v.MAC))
+		since := "-"
+		if v.Since != nil {
+			since = duration.HumanDuration(s.At.Sub(*v.Since)) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Service, dash(v.VIP), dash(v.Node), dash(v.MAC), since, v.Placement, dash(v.HostNeighbour))
 	}
 	tw.Flush()
 }

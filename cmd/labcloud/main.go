@@ -377,7 +377,17 @@ func benchCmd(dir *string) *cobra.Command {
 	runs, output := 5, "labcloud-bench.json"
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure VIP failover (domain stop -> HTTP answer from another node) and memory; writes JSON",
+		Short: "Measure VIP failover on the running lab from the wire (kill -9 of QEMU and graceful stop) and memory; writes JSON",
+		Long: `Measures, on the running lab, for each of --runs failovers of each kind
+(crash: kill -9 of the answering node's QEMU; stop: graceful shutdown), in
+seconds from the trigger by the host's clock:
+  - the libvirt event, seen on the bench's own connection;
+  - the first gratuitous ARP naming another node's MAC, seen on the bridge;
+  - the host's neighbour entry for the VIP moved, seen through netlink;
+  - the first HTTP answer to a client that opens a new connection every 100 ms;
+  - the node back Ready and eligible after it is restarted.
+Each run starts with every node eligible. Also a new Service's first answer
+and the memory of every daemon and guest. Prints p50/p90 and writes JSON.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(positive("--runs", runs), outputFile("--output", output)); err != nil {

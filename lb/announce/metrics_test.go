@@ -63,16 +63,20 @@ func TestFailoverLatencyObserved(t *testing.T) {
 	if err := f.a.SetAfter(vip, node2MAC, cause); err != nil {
 		t.Fatal(err)
 	}
-	at := f.st.gratuitous(vip, node2MAC, 2*opts.Count, wait)
+	f.st.gratuitous(vip, node2MAC, 2*opts.Count, wait)
 	if got := eventually(t, failovers, count0+1); got != count0+1 {
 		t.Fatalf("%v failover observations after one move, want 1", got-count0)
 	}
+	// The observation is made once the first frame is written, which the
+	// station may read a few microseconds before the writer records it:
+	// the bound is when the observation was seen.
+	upper := time.Since(cause)
 	_, sum, err := failoverHistogram()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Duration((sum - sum0) * float64(time.Second)); d < ago || d > at[0].Sub(cause) {
-		t.Errorf("observed %v; want between %v (the cause's age) and %v (when the station saw the first frame)", d, ago, at[0].Sub(cause))
+	if d := time.Duration((sum - sum0) * float64(time.Second)); d < ago || d > upper {
+		t.Errorf("observed %v; want between %v (the cause's age) and %v (when the observation was seen)", d, ago, upper)
 	}
 
 	// The same MAC again with a cause is no move.
