@@ -359,7 +359,7 @@ func TestAllocatorMatchesModel(t *testing.T) {
 	var all []netip.Addr
 	for _, p := range ps.List() {
 		for _, r := range p.ranges {
-			for ip := r.first; ip.Compare(r.last) <= 0; ip = ip.Next() {
+			for ip := r.From(); ip.Compare(r.To()) <= 0; ip = ip.Next() {
 				if p.Contains(ip) {
 					all = append(all, ip)
 				}

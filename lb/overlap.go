@@ -1,12 +1,18 @@
 package lb
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"go4.org/netipx"
+)
 
 // Overlap returns the first of the pool's address specs (as the user wrote
-// it) that shares an address with the inclusive range first-last.
+// it) that shares an address with the inclusive range first-last. A range
+// that is not one (mixed families, or last before first) overlaps nothing.
 func (p *Pool) Overlap(first, last netip.Addr) (spec string, ok bool) {
+	q := netipx.IPRangeFrom(first, last)
 	for _, r := range p.ranges {
-		if r.first.BitLen() == first.BitLen() && r.first.Compare(last) <= 0 && first.Compare(r.last) <= 0 {
+		if r.Overlaps(q) {
 			return r.spec, true
 		}
 	}

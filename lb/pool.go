@@ -10,6 +10,9 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"go4.org/netipx"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 )
 
 // ErrPoolOverlap marks a configuration in which two address specs, in one
@@ -49,14 +52,14 @@ type PoolConfig struct {
 // ipRange is an inclusive range of one family, with the spec it came from
 // so that errors can quote the user's own words.
 type ipRange struct {
-	first, last netip.Addr
-	spec        string
+	netipx.IPRange
+	spec string
 }
 
 // Pool is a parsed, validated pool. It is immutable.
 type Pool struct {
 	name   string
-	ranges []ipRange // sorted by first address, non-overlapping
+	ranges []ipRange // sorted by From, non-overlapping
 	avoid  bool
 }
 
@@ -76,30 +79,26 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		}
 		p.ranges = append(p.ranges, r)
 	}
-	slices.SortFunc(p.ranges, func(a, b ipRange) int { return a.first.Compare(b.first) })
+	slices.SortFunc(p.ranges, byFrom)
 	for i := 1; i < len(p.ranges); i++ {
-		if prev, r := p.ranges[i-1], p.ranges[i]; r.first.Compare(prev.last) <= 0 {
+		if prev, r := p.ranges[i-1], p.ranges[i]; prev.Overlaps(r.IPRange) {
 			return nil, fmt.Errorf("pool %q: %q and %q: %w", cfg.Name, prev.spec, r.spec, ErrPoolOverlap)
 		}
 	}
 	return p, nil
 }
 
-// validName accepts names that survive being written in an annotation:
-// letters, digits, '-', '_' and '.', at most 63 of them.
+func byFrom(a, b ipRange) int { return a.From().Compare(b.From()) }
+
+// validName accepts names that survive being written in an annotation: a
+// non-empty Kubernetes label value (letters, digits, '-', '_' and '.', at
+// most 63, starting and ending with a letter or digit).
 func validName(name string) error {
 	if name == "" {
 		return errors.New("empty name")
 	}
-	if len(name) > 63 {
-		return errors.New("name longer than 63 characters")
-	}
-	for _, c := range name {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '_' || c == '.'
-		if !ok {
-			return fmt.Errorf("character %q not allowed in a name (letters, digits, '-', '_', '.')", c)
-		}
+	if msgs := content.IsLabelValue(name); len(msgs) > 0 {
+		return fmt.Errorf("name not allowed: %s", strings.Join(msgs, "; "))
 	}
 	return nil
 }
@@ -124,7 +123,7 @@ func parseSpec(spec string) (ipRange, error) {
 		if m := pfx.Masked(); m != pfx {
 			return ipRange{}, fmt.Errorf("host bits set (did you mean %s?)", m)
 		}
-		return ipRange{first: pfx.Addr(), last: lastOf(pfx), spec: spec}, nil
+		return ipRange{netipx.RangeOfPrefix(pfx), spec}, nil
 	case strings.Contains(s, "-"):
 		a, b, _ := strings.Cut(s, "-")
 		first, err := parseAddr(strings.TrimSpace(a))
@@ -141,13 +140,13 @@ func parseSpec(spec string) (ipRange, error) {
 		if last.Less(first) {
 			return ipRange{}, fmt.Errorf("range ends (%s) before it starts (%s)", last, first)
 		}
-		return ipRange{first: first, last: last, spec: spec}, nil
+		return ipRange{netipx.IPRangeFrom(first, last), spec}, nil
 	default:
 		ip, err := parseAddr(s)
 		if err != nil {
 			return ipRange{}, err
 		}
-		return ipRange{first: ip, last: ip, spec: spec}, nil
+		return ipRange{netipx.IPRangeFrom(ip, ip), spec}, nil
 	}
 }
 
@@ -172,23 +171,13 @@ func plainAddr(ip netip.Addr) error {
 	return nil
 }
 
-// lastOf returns the highest address of a masked prefix.
-func lastOf(pfx netip.Prefix) netip.Addr {
-	b := pfx.Addr().AsSlice()
-	for i := pfx.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	ip, _ := netip.AddrFromSlice(b)
-	return ip
-}
-
 // Name returns the pool's name.
 func (p *Pool) Name() string { return p.name }
 
 // Has reports whether the pool has addresses of family f.
 func (p *Pool) Has(f Family) bool {
 	for _, r := range p.ranges {
-		if FamilyOf(r.first) == f {
+		if FamilyOf(r.From()) == f {
 			return true
 		}
 	}
@@ -205,7 +194,7 @@ func (p *Pool) Contains(ip netip.Addr) bool {
 // rule, so that an address already in use is recognised as the pool's.
 func (p *Pool) inRange(ip netip.Addr) bool {
 	for _, r := range p.ranges {
-		if r.first.Compare(ip) <= 0 && ip.Compare(r.last) <= 0 {
+		if r.Contains(ip) {
 			return true
 		}
 	}
@@ -218,9 +207,9 @@ func (p *Pool) inRange(ip netip.Addr) bool {
 func (p *Pool) Size() float64 {
 	var n float64
 	for _, r := range p.ranges {
-		n += rangeSize(r.first, r.last)
-		if p.avoid && r.first.Is4() {
-			a, b := v4(r.first), v4(r.last)
+		n += rangeSize(r.From(), r.To())
+		if p.avoid && r.From().Is4() {
+			a, b := v4(r.From()), v4(r.To())
 			n -= float64(congruent(a, b, 0) + congruent(a, b, 255))
 		}
 	}
@@ -271,10 +260,10 @@ func (p *Pool) allocatable(ip netip.Addr) bool {
 // false.
 func (p *Pool) lowest(f Family, from netip.Addr, used func(netip.Addr) bool) (netip.Addr, bool) {
 	for _, r := range p.ranges {
-		if FamilyOf(r.first) != f || (from.IsValid() && r.last.Less(from)) {
+		if FamilyOf(r.From()) != f || (from.IsValid() && r.To().Less(from)) {
 			continue
 		}
-		ip := r.first
+		ip := r.From()
 		if from.IsValid() && ip.Less(from) {
 			ip = from
 		}
@@ -282,7 +271,7 @@ func (p *Pool) lowest(f Family, from netip.Addr, used func(netip.Addr) bool) (ne
 			if p.allocatable(ip) && !used(ip) {
 				return ip, true
 			}
-			if ip == r.last {
+			if ip == r.To() {
 				break
 			}
 			ip = ip.Next()
@@ -323,13 +312,13 @@ func NewPools(cfgs []PoolConfig) (*Pools, error) {
 	}
 	// Sorted by start, a range overlaps an earlier one exactly when it
 	// starts at or before the furthest end seen so far.
-	slices.SortFunc(all, func(a, b owned) int { return a.first.Compare(b.first) })
+	slices.SortFunc(all, func(a, b owned) int { return byFrom(a.ipRange, b.ipRange) })
 	var far owned // the range reaching furthest among those already checked
 	for i, r := range all {
-		if i > 0 && r.first.Compare(far.last) <= 0 {
+		if i > 0 && far.Overlaps(r.IPRange) {
 			return nil, fmt.Errorf("pool %q (%s) and pool %q (%s): %w", far.pool, far.spec, r.pool, r.spec, ErrPoolOverlap)
 		}
-		if i == 0 || far.last.Less(r.last) {
+		if i == 0 || far.To().Less(r.To()) {
 			far = r
 		}
 	}

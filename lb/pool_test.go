@@ -46,6 +46,10 @@ func TestNewPool(t *testing.T) {
 		},
 		{name: "empty name", cfg: PoolConfig{Addresses: []string{"10.0.0.0/24"}}, wantErr: []string{"empty name"}},
 		{name: "bad name", cfg: PoolConfig{Name: "a b", Addresses: []string{"10.0.0.0/24"}}, wantErr: []string{`pool "a b"`, "not allowed"}},
+		{name: "name ends in '-'", cfg: PoolConfig{Name: "lab-", Addresses: []string{"10.0.0.0/24"}}, wantErr: []string{`pool "lab-"`, "not allowed", "start and end with an alphanumeric"}},
+		{name: "name starts with '.'", cfg: PoolConfig{Name: ".lab", Addresses: []string{"10.0.0.0/24"}}, wantErr: []string{`pool ".lab"`, "not allowed"}},
+		{name: "name of 64", cfg: PoolConfig{Name: strings.Repeat("a", 64), Addresses: []string{"10.0.0.0/24"}}, wantErr: []string{"not allowed", "no more than 63"}},
+		{name: "name of 63 with inner '-', '_', '.'", cfg: PoolConfig{Name: "A-b_c.9" + strings.Repeat("x", 56), Addresses: []string{"10.0.0.0/24"}}, in: []string{"10.0.0.1"}},
 		{name: "no addresses", cfg: PoolConfig{Name: "a"}, wantErr: []string{`pool "a"`, "no addresses"}},
 		{name: "empty spec", cfg: PoolConfig{Name: "a", Addresses: []string{" "}}, wantErr: []string{`pool "a"`, `address " "`, "empty"}},
 		{name: "bad CIDR", cfg: PoolConfig{Name: "a", Addresses: []string{"10.0.0.0/33"}}, wantErr: []string{`pool "a"`, `"10.0.0.0/33"`}},
@@ -218,7 +222,8 @@ func TestPoolsFor(t *testing.T) {
 	}
 }
 
-func TestLastOf(t *testing.T) {
+// TestPrefixRange checks the last address of a prefix spec.
+func TestPrefixRange(t *testing.T) {
 	for pfx, want := range map[string]string{
 		"10.0.0.0/8":      "10.255.255.255",
 		"10.0.0.4/30":     "10.0.0.7",
@@ -228,8 +233,15 @@ func TestLastOf(t *testing.T) {
 		"fd00::/64":       "fd00::ffff:ffff:ffff:ffff",
 		"2001:db8::1/128": "2001:db8::1",
 	} {
-		if got := lastOf(netip.MustParsePrefix(pfx)); got.String() != want {
-			t.Errorf("lastOf(%s) = %s, want %s", pfx, got, want)
+		r, err := parseSpec(pfx)
+		if err != nil {
+			t.Fatalf("parseSpec(%s): %v", pfx, err)
+		}
+		if got := r.To(); got.String() != want {
+			t.Errorf("parseSpec(%s).To() = %s, want %s", pfx, got, want)
+		}
+		if got := netip.MustParsePrefix(pfx).Addr(); r.From() != got {
+			t.Errorf("parseSpec(%s).From() = %s, want %s", pfx, r.From(), got)
 		}
 	}
 }
