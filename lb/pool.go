@@ -97,8 +97,8 @@ func validName(name string) error {
 	if name == "" {
 		return errors.New("empty name")
 	}
-	if msgs := content.IsLabelValue(name); len(msgs) > 0 {
-		return fmt.Errorf("name not allowed: %s", strings.Join(msgs, "; "))
+	if len(content.IsLabelValue(name)) > 0 {
+		return errors.New("name not allowed: use at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
 	}
 	return nil
 }
