@@ -388,7 +388,7 @@ seconds from the trigger by the host's clock:
   - the node back Ready and eligible after it is restarted.
 Each run starts with every node eligible. Also a new Service's first answer
 and the memory of every daemon and guest. Prints p50/p90 and writes JSON.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(positive("--runs", runs), outputFile("--output", output)); err != nil {
 				return err
