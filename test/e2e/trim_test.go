@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // The CCM's informers cache trimmed Nodes (provider.TrimForCache), and the
@@ -27,18 +28,28 @@ func TestInitializationKeepsWhatTheCacheDrops(t *testing.T) {
 			Annotations: map[string]string{"example.com/kept": "annotation"}},
 		Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: uninitializedTaint, Value: "true", Effect: v1.TaintEffectNoSchedule}}},
 	}
-	n, err := env.admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{FieldManager: "kubelet-e2e"})
+	_, err := env.admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{FieldManager: "kubelet-e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	// What a kubelet reports and the cache drops: images and volumes.
+	// What a kubelet reports and the cache drops: images and volumes. The
+	// CCM or kube-controller-manager may write the Node meanwhile: retried
+	// on conflict, as a kubelet does.
 	images := []v1.ContainerImage{{Names: []string{"registry.k8s.io/pause:3.10.2"}, SizeBytes: 320000}}
-	n.Status.Images = images
-	n.Status.VolumesInUse = []v1.UniqueVolumeName{"kubernetes.io/csi/e2e^vol"}
-	now := metav1.Now()
-	n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
-	if _, err := env.admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "kubelet-e2e"}); err != nil {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Images = images
+		n.Status.VolumesInUse = []v1.UniqueVolumeName{"kubernetes.io/csi/e2e^vol"}
+		now := metav1.Now()
+		n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		_, err = env.admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "kubelet-e2e"})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 
