@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -236,13 +237,14 @@ func startBenchPods(ctx context.Context, client kubernetes.Interface, nodes int)
 }
 
 func waitBenchPods(ctx context.Context, client kubernetes.Interface, nodes int) error {
-	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 		d, err := client.AppsV1().Deployments("default").Get(ctx, benchApp, metav1.GetOptions{})
-		if err == nil && d.Status.ReadyReplicas == int32(nodes) && d.Status.UpdatedReplicas == int32(nodes) {
-			return nil
-		}
+		return err == nil && d.Status.ReadyReplicas == int32(nodes) && d.Status.UpdatedReplicas == int32(nodes), nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("bench pods not all ready within 5 minutes")
 	}
-	return fmt.Errorf("bench pods not all ready within 5 minutes")
+	return err
 }
 
 func benchService(name string) *v1.Service {
@@ -262,11 +264,10 @@ func serviceToAnswer(ctx context.Context, client kubernetes.Interface, name stri
 	}
 	defer func() {
 		_ = client.CoreV1().Services("default").Delete(context.Background(), name, metav1.DeleteOptions{})
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if _, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return
-			}
-		}
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			_, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+			return err != nil, nil
+		})
 	}()
 	var vip string
 	for deadline := start.Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -285,15 +286,19 @@ func serviceToAnswer(ctx context.Context, client kubernetes.Interface, name stri
 }
 
 func waitIngress(ctx context.Context, client kubernetes.Interface, name string) (string, error) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	var vip string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		s, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
 		if err == nil && len(s.Status.LoadBalancer.Ingress) > 0 {
-			return s.Status.LoadBalancer.Ingress[0].IP, nil
+			vip = s.Status.LoadBalancer.Ingress[0].IP
+			return true, nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return "", fmt.Errorf("service %s got no VIP in 60s", name)
 	}
-	return "", fmt.Errorf("service %s got no VIP in 60s", name)
+	return vip, err
 }
 
 // httpClient opens a new connection per request, as curl does: a kept-alive

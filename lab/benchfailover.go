@@ -16,6 +16,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"libvirt.org/go/libvirt"
 )
@@ -181,17 +182,21 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 // and the VIP is answered over HTTP and by a node's MAC on the bridge. It
 // returns that node, its MAC and every node by MAC.
 func (b *failoverBench) waitEligible(ctx context.Context) (string, []byte, map[string]string, error) {
-	var why string
-	for deadline := time.Now().Add(eligibleBound); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	var (
+		why, node string
+		mac       []byte
+		macs      map[string]string
+	)
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, eligibleBound, true, func(context.Context) (bool, error) {
 		if err := ctx.Err(); err != nil {
-			return "", nil, nil, err
+			return false, err
 		}
 		st, err := GetStatus(ctx, b.st)
 		if err != nil {
 			why = err.Error()
-			continue
+			return false, nil
 		}
-		macs := map[string]string{}
+		macs = map[string]string{}
 		why = ""
 		for _, n := range st.Nodes {
 			macs[n.MAC] = n.Name
@@ -200,32 +205,40 @@ func (b *failoverBench) waitEligible(ctx context.Context) (string, []byte, map[s
 			}
 		}
 		for name, at := range b.started {
-			node, err := b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !reportedSince(node, at, "") {
+			n, err := b.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || !reportedSince(n, at, "") {
 				why = fmt.Sprintf("node %s has not reported Ready since its start at %s", name, at.Format(time.TimeOnly))
 			}
 		}
 		if why != "" {
-			continue
+			return false, nil
 		}
 		if err := waitBenchPods(ctx, b.client, len(b.st.Nodes)); err != nil {
-			return "", nil, nil, err
+			return false, err
 		}
 		if !strings.HasPrefix(answer(b.vip), benchApp) {
 			why = "the VIP does not answer over HTTP"
-			continue
+			return false, nil
 		}
 		for _, s := range st.Services {
 			if s.VIP == b.vip && s.Node != "" {
-				mac, err := net.ParseMAC(s.MAC)
+				m, err := net.ParseMAC(s.MAC)
 				if err == nil {
-					return s.Node, mac, macs, nil
+					node, mac = s.Node, m
+					return true, nil
 				}
 			}
 		}
 		why = "no node's MAC answers the VIP on " + Bridge
+		return false, nil
+	})
+	if err != nil {
+		if ctx.Err() == nil && wait.Interrupted(err) {
+			err = fmt.Errorf("the lab is not whole within %s: %s", eligibleBound, why)
+		}
+		return "", nil, nil, err
 	}
-	return "", nil, nil, fmt.Errorf("the lab is not whole within %s: %s", eligibleBound, why)
+	return node, mac, macs, nil
 }
 
 // waitReport polls the Node until it reports Ready after start (and with a

@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // ChaosOptions configure Chaos.
@@ -249,21 +251,15 @@ func (r *chaosRun) waitNodesEligible(ctx context.Context, n int, timeout time.Du
 
 // waitFor polls cond (called with r.mu held) until it holds.
 func (r *chaosRun) waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		r.mu.Lock()
-		ok := cond()
-		r.mu.Unlock()
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s", timeout)
-		}
-		if !sleep(ctx, 200*time.Millisecond) {
-			return ctx.Err()
-		}
+		defer r.mu.Unlock()
+		return cond(), nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("not within %s", timeout)
 	}
+	return err
 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"libvirt.org/go/libvirt"
 
@@ -103,16 +104,10 @@ func (in *injector) nodeDown(name string, kill bool) (func(context.Context) erro
 }
 
 func waitDomainDown(d *libvirt.Domain, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if active, err := d.IsActive(); err == nil && !active {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		active, err := d.IsActive()
+		return err == nil && !active, nil
+	}) == nil
 }
 
 func startDomain(uri, name string) error {

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Options describe the control plane to start.
@@ -294,27 +296,23 @@ func (cp *ControlPlane) Processes() []*Process { return cp.procs }
 
 func waitHTTP(ctx context.Context, p *Process, url string, tlsConfig *tls.Config, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
-	deadline := time.Now().Add(timeout)
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		resp, err := client.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				return true, nil
 			}
 		}
 		if p.Exited() {
-			return fmt.Errorf("%s exited before %s was ready; last log lines:\n%s", p.Name, url, p.Tail(15))
+			return false, fmt.Errorf("%s exited before %s was ready; last log lines:\n%s", p.Name, url, p.Tail(15))
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s; last log lines:\n%s", url, timeout, p.Tail(15))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil && wait.Interrupted(err) {
+		return fmt.Errorf("%s not ready after %s; last log lines:\n%s", url, timeout, p.Tail(15))
 	}
+	return err
 }
 
 // freePort asks the kernel for a free loopback TCP port.

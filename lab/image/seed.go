@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // SeedDir is where the root disk keeps a containerd root with the images
@@ -60,13 +62,15 @@ func seedContainerd(ctx context.Context, tools, images, root string) error {
 		}
 	}
 	defer stop()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			break
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		fi, err := os.Stat(sock)
+		return err == nil && fi.Mode()&os.ModeSocket != 0, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("containerd did not listen on %s within 20 s:\n%s", sock, log.String())
-		}
+		return fmt.Errorf("containerd did not listen on %s within 20 s:\n%s", sock, log.String())
 	}
 	tars, err := filepath.Glob(filepath.Join(images, "*.tar"))
 	if err != nil || len(tars) == 0 {

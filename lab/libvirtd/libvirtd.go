@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"libvirt.org/go/libvirt"
 
 	"github.com/labcloud/labcloud/lab/controlplane"
@@ -166,16 +167,26 @@ func (d *Daemon) start(ctx context.Context) error {
 		d.virtlogd.Stop()
 		return err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !Running() {
-		if d.libvirtd.Exited() || time.Now().After(deadline) {
-			tail := d.libvirtd.Tail(10)
-			d.Stop()
-			return fmt.Errorf("libvirtd did not start; last log lines:\n%s", tail)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := d.waitRunning(ctx); err != nil {
+		tail := d.libvirtd.Tail(10)
+		d.Stop()
+		return fmt.Errorf("libvirtd did not start; last log lines:\n%s", tail)
 	}
 	return nil
+}
+
+// waitRunning waits up to 30 s until libvirtd answers on Socket; it fails
+// at once when libvirtd exits.
+func (d *Daemon) waitRunning(ctx context.Context) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		if Running() {
+			return true, nil
+		}
+		if d.libvirtd.Exited() {
+			return false, errors.New("libvirtd exited")
+		}
+		return false, nil
+	})
 }
 
 // Detached is the daemons StartDetached started, seen from a later process
@@ -206,12 +217,8 @@ func (d *Daemon) StartLibvirtd(ctx context.Context) error {
 	if d.libvirtd, err = d.run(ctx, "libvirtd"); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !Running() {
-		if d.libvirtd.Exited() || time.Now().After(deadline) {
-			return fmt.Errorf("libvirtd did not restart; last log lines:\n%s", d.libvirtd.Tail(10))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := d.waitRunning(ctx); err != nil {
+		return fmt.Errorf("libvirtd did not restart; last log lines:\n%s", d.libvirtd.Tail(10))
 	}
 	return nil
 }
