@@ -632,22 +632,18 @@ func (p *placement) eventOnce(holders []string, given *v1.Service, ip netip.Addr
 	}
 }
 
+func nodeReady(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue }
+
 // readyUnknown: kube-controller-manager has not heard from the Node's
 // kubelet within its grace period (or the kubelet never reported).
-func readyUnknown(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionUnknown
-		}
-	}
-	return false
-}
+func readyUnknown(n *v1.Node) bool { return readyStatus(n) == v1.ConditionUnknown }
 
-func nodeReady(n *v1.Node) bool {
+// readyStatus is the status of the Node's Ready condition; "" without one.
+func readyStatus(n *v1.Node) v1.ConditionStatus {
 	for _, c := range n.Status.Conditions {
 		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
+			return c.Status
 		}
 	}
-	return false
+	return ""
 }

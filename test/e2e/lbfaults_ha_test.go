@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -11,20 +13,8 @@ import (
 // then leads and places the VIP where the old leader had it).
 func TestLBFaultsLeaderKilled(t *testing.T) {
 	requireEnv(t)
-	cfg := lbCloudConfig("10.88.0.64-10.88.0.67")
-	first := startCCM(t, cfg, lbControllers)
-	servicesGoneAtEnd(t, "ha-")
-	macs := lbNodes(t, "e2e-ha", 2)
-	client := newLANClient(t, "10.88.0.9/24")
-	createLBService(t, "ha-web", nil)
-	vip, _ := waitVIP(t, "ha-web", 30*time.Second)
-	answering := waitNodeARP(t, client, vip, macs, 10*time.Second)
-	second := startCCM(t, cfg, lbControllers)
-	// The first replica is dead by the end: the Services' finalizers can
-	// only go while the second (by then the leader) still runs, and
-	// cleanups run last registered first.
-	servicesGoneAtEnd(t, "ha-")
-	time.Sleep(3 * time.Second) // the second replica is up and standing by
+	r := startReplicas(t, "ha", "10.88.0.64-10.88.0.67", "10.88.0.9/24")
+	first, second, client, vip, macs, answering := r.first, r.second, r.client, r.vip, r.macs, r.answering
 
 	capture := client.capture(t)
 	probe := probeARP(t, client, vip, macs[answering])
@@ -46,4 +36,36 @@ func TestLBFaultsLeaderKilled(t *testing.T) {
 	if second.proc.Exited() {
 		t.Fatal("the second replica exited")
 	}
+}
+
+// replicas is two CCM replicas as shipped over two nodes, with a LAN client
+// and one LoadBalancer Service answered by a node.
+type replicas struct {
+	first, second *ccm // first leads
+	client        *lanClient
+	vip           netip.Addr
+	macs          map[string]net.HardwareAddr
+	answering     string // the node answering vip
+}
+
+// startReplicas starts the first replica, nodes e2e-PREFIX-1 and -2, a LAN
+// client at clientCIDR and the Service PREFIX-web with a VIP from pool, then
+// the second replica, and lets it stand by.
+func startReplicas(t *testing.T, prefix, pool, clientCIDR string) replicas {
+	t.Helper()
+	cfg := lbCloudConfig(pool)
+	r := replicas{first: startCCM(t, cfg, lbControllers)}
+	servicesGoneAtEnd(t, prefix+"-")
+	r.macs = lbNodes(t, "e2e-"+prefix, 2)
+	r.client = newLANClient(t, clientCIDR)
+	createLBService(t, prefix+"-web", nil)
+	r.vip, _ = waitVIP(t, prefix+"-web", 30*time.Second)
+	r.answering = waitNodeARP(t, r.client, r.vip, r.macs, 10*time.Second)
+	r.second = startCCM(t, cfg, lbControllers)
+	// The first replica may be dead by the end: the Services' finalizers
+	// can only go while the second still runs, and cleanups run last
+	// registered first.
+	servicesGoneAtEnd(t, prefix+"-")
+	time.Sleep(3 * time.Second) // the second replica is up and standing by
+	return r
 }

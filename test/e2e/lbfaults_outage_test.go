@@ -24,17 +24,8 @@ func TestLBFaultsAPIServerOutage(t *testing.T) {
 	if apiserver == 0 {
 		t.Fatal("no kube-apiserver process in the control plane")
 	}
-	cfg := lbCloudConfig("10.88.0.68-10.88.0.71")
-	first := startCCM(t, cfg, lbControllers)
-	servicesGoneAtEnd(t, "outage-")
-	macs := lbNodes(t, "e2e-outage", 2)
-	client := newLANClient(t, "10.88.0.10/24")
-	createLBService(t, "outage-web", nil)
-	vip, _ := waitVIP(t, "outage-web", 30*time.Second)
-	answering := waitNodeARP(t, client, vip, macs, 10*time.Second)
-	second := startCCM(t, cfg, lbControllers)
-	servicesGoneAtEnd(t, "outage-") // runs while the second replica still does
-	time.Sleep(3 * time.Second)     // the second replica is up and standing by
+	r := startReplicas(t, "outage", "10.88.0.68-10.88.0.71", "10.88.0.10/24")
+	first, second, client, vip, macs, answering := r.first, r.second, r.client, r.vip, r.macs, r.answering
 
 	capture := client.capture(t)
 	probe := probeARP(t, client, vip, macs[answering])
