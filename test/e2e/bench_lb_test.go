@@ -377,12 +377,7 @@ func BenchmarkLBFailoverGratuitousARP(b *testing.B) {
 	var fromEvent, fromDestroy []time.Duration
 	for range samples {
 		answering := waitNodeARP(b, client, vip, macs, 15*time.Second)
-		var other string
-		for n := range macs {
-			if n != answering {
-				other = n
-			}
-		}
+		other := otherNode(macs, answering)
 		since := time.Now()
 		dom := domain(b, answering)
 		if err := dom.Destroy(); err != nil {

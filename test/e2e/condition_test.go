@@ -100,12 +100,7 @@ func TestAnnouncedConditionAcrossFailover(t *testing.T) {
 	if err := domain(t, first).Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	var other string
-	for n := range macs {
-		if n != first {
-			other = n
-		}
-	}
+	other := otherNode(macs, first)
 	c2, svc := waitAnnounced(t, "cond-web", "Announced via "+other, 15*time.Second, answeredBy(other, macs[other]))
 	if !c2.LastTransitionTime.After(c1.LastTransitionTime.Time) {
 		t.Errorf("lastTransitionTime %v after the move, want later than %v", c2.LastTransitionTime, c1.LastTransitionTime)

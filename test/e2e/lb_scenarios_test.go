@@ -45,6 +45,16 @@ func lbNodes(t testing.TB, prefix string, n int) map[string]net.HardwareAddr {
 	return macs
 }
 
+// otherNode is a node of macs other than name (the one of two).
+func otherNode(macs map[string]net.HardwareAddr, name string) string {
+	for n := range macs {
+		if n != name {
+			return n
+		}
+	}
+	return ""
+}
+
 // heartbeat refreshes the Nodes' Ready heartbeat (keeping the status the
 // test set) as a kubelet would, so that kube-controller-manager does not mark them Unknown
 // during a long test.

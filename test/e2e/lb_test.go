@@ -90,12 +90,7 @@ func TestLoadBalancerVIPAnnouncedAndReleased(t *testing.T) {
 	if err := domain(t, answering).Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	var other string
-	for n := range macs {
-		if n != answering {
-			other = n
-		}
-	}
+	other := otherNode(macs, answering)
 	client.waitARP(t, vip, macs[other], 10*time.Second)
 	t.Logf("VIP %s moved from %s to %s in %s (domain destroy -> LAN ARP answer)", vip, answering, other, time.Since(start).Round(time.Millisecond))
 

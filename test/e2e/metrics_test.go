@@ -196,12 +196,7 @@ func TestMetricsThroughSecurePort(t *testing.T) {
 	if err := domain(t, first).Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	var other string
-	for n := range macs {
-		if n != first {
-			other = n
-		}
-	}
+	other := otherNode(macs, first)
 	client.waitARP(t, vip, macs[other], 15*time.Second)
 	ms = waitMetrics(t, url, token, 15*time.Second,
 		check("labcloud_lb_vip_moves_total", map[string]string{"reason": "domain_down"}, one, is1),
