@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -130,7 +131,13 @@ func TestProcessWithCommand(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
-	if got := processWithCommand([]string{"sleep", "3600.5"}); got != cmd.Process.Pid {
+	// Start returns once the exec has begun; the kernel fills the new
+	// image's cmdline a moment later, so give it a second.
+	got := 0
+	for deadline := time.Now().Add(time.Second); got != cmd.Process.Pid && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		got = processWithCommand([]string{"sleep", "3600.5"})
+	}
+	if got != cmd.Process.Pid {
 		t.Errorf("processWithCommand = %d, want %d", got, cmd.Process.Pid)
 	}
 	if got := processWithCommand([]string{"sleep", "3600.6"}); got != 0 {
