@@ -29,12 +29,14 @@ const (
 )
 
 // imagesVersion changes whenever an image recipe changes (part of the disk key).
-const imagesVersion = "pause+agnhost/2"
+const imagesVersion = "pause+agnhost/3"
 
 // agnhostPrograms are host programs the e2e tests exec inside agnhost
-// besides busybox's applets (sh, nc, seq, ...). GNU wget replaces busybox's,
-// which crashes in Debian's static build.
-var agnhostPrograms = []string{"/usr/bin/curl", "/usr/bin/wget"}
+// besides busybox's applets (nc, seq, ...). GNU wget replaces busybox's,
+// which crashes in Debian's static build; dash is /bin/sh because busybox's
+// shell runs its own applets before PATH, so `sh -c wget` would still
+// reach the crashing one.
+var agnhostPrograms = []string{"/usr/bin/curl", "/usr/bin/wget", "/bin/dash"}
 
 // writeImages writes one docker-archive tarball per image into dir, the
 // format `ctr images import` reads.
@@ -116,8 +118,9 @@ func pauseLayer(tools string) ([]byte, error) {
 	return l.tar()
 }
 
-// agnhostLayer holds agnhost, busybox with its applets, curl with its
-// libraries, and the files a container expects in /etc.
+// agnhostLayer holds agnhost, busybox with its applets, dash as /bin/sh,
+// curl and wget with their libraries, and the files a container expects
+// in /etc.
 func agnhostLayer(opts DiskOptions) ([]byte, error) {
 	l := layerTree{}
 	ag := filepath.Join(opts.Tools, "agnhost")
@@ -157,6 +160,7 @@ func agnhostLayer(opts DiskOptions) ([]byte, error) {
 			}
 		}
 	}
+	l.symlink("bin/sh", "/bin/dash")
 	l.file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"))
 	l.file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
 	l.file("etc/nsswitch.conf", 0o644, []byte("hosts: files dns\n"))
