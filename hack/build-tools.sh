@@ -4,6 +4,7 @@
 #   control plane  kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
 #   lab nodes      kubelet kube-proxy agnhost pause containerd containerd-shim-runc-v2 ctr
 #                  and the CNI plugins bridge host-local loopback portmap (in cni/)
+#   cluster DNS    coredns (the plugins the lab uses, hack/dnstools)
 #   conformance    e2e.test (Kubernetes' own e2e suite)
 # Only missing binaries are built, so a warm cache makes this a no-op.
 # Prints the directory holding the binaries on its last line.
@@ -13,6 +14,7 @@ k8s=$(cd "$here/tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd=$(cd "$here/tools" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 ctrd=$(cd "$here/nodetools" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
 cni=$(cd "$here/nodetools" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+coredns=$(cd "$here/dnstools" && go list -m -f '{{.Version}}' github.com/coredns/coredns)
 cache=${LABCLOUD_CACHE:-/var/cache/labcloud}
 out="$cache/k8s-$k8s-etcd-$etcd-containerd-$ctrd-cni-$cni"
 mkdir -p "$out/cni"
@@ -66,6 +68,14 @@ mapfile -t todo < <(missing github.com/containernetworking/plugins/plugins/main/
 if [ ${#todo[@]} -gt 0 ]; then
   echo "building CNI plugins $cni" >&2
   (cd "$here/nodetools" && go build -ldflags='-s -w' -o "$out/cni/" "${todo[@]}")
+fi
+# CoreDNS is not part of the directory's key: coredns.key holds a hash of
+# its recipe (version and plugin list), and a change rebuilds it.
+dnskey=$(cd "$here/dnstools" && cat go.mod go.sum coredns/main.go | sha256sum | cut -c1-16)
+if [ ! -x "$out/coredns" ] || [ "$(cat "$out/coredns.key" 2>/dev/null)" != "$dnskey" ]; then
+  echo "building coredns $coredns" >&2
+  (cd "$here/dnstools" && go build -ldflags='-s -w' -o "$out/coredns.tmp" ./coredns && mv "$out/coredns.tmp" "$out/coredns")
+  echo "$dnskey" >"$out/coredns.key"
 fi
 # The marker says every binary is here: a half-built cache is never taken for a full one.
 touch "$out/.complete"

@@ -30,7 +30,7 @@ func Down(dir string, out io.Writer) error {
 	// The forwarder, the light lab's simulator, the control plane and the
 	// CCM first, then libvirt's daemons and the lock holder.
 	for _, p := range []struct{ key, program string }{
-		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {ccmPid, ccmPid},
+		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {ccmPid, ccmPid}, {dnsPid, "coredns"},
 		{"kube-controller-manager", "kube-controller-manager"}, {"kube-scheduler", "kube-scheduler"},
 		{"kube-apiserver", "kube-apiserver"}, {"etcd", "etcd"}, {"libvirtd", "libvirtd"}, {"virtlogd", "virtlogd"},
 		{"lock-holder", "sleep"}, // flock --no-fork ... sleep infinity

@@ -36,7 +36,7 @@ type LogSource struct {
 }
 
 // LogSources lists the lab's components and their logs in start order:
-// the control plane, the CCM, libvirt's daemons (full lab) or the
+// the control plane, CoreDNS (full lab), the CCM, libvirt's daemons (full lab) or the
 // simulator (light lab), the API server forwarder, then each guest's
 // console (full lab).
 func LogSources(st *State) []LogSource {
@@ -46,7 +46,8 @@ func LogSources(st *State) []LogSource {
 		{Component: "kube-controller-manager", Path: cpLog(st.Dir, "kube-controller-manager")},
 	}
 	if !st.Light {
-		out = append(out, LogSource{Component: "kube-scheduler", Path: cpLog(st.Dir, "kube-scheduler")})
+		out = append(out, LogSource{Component: "kube-scheduler", Path: cpLog(st.Dir, "kube-scheduler")},
+			LogSource{Component: dnsPid, Path: dnsLog(st.Dir)})
 	}
 	out = append(out, LogSource{Component: "ccm", Aliases: []string{ccmPid}, Path: ccmLog(st.Dir)})
 	if st.Light {

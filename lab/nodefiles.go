@@ -86,7 +86,8 @@ func kubeletConfig() ([]byte, error) {
 		EvictionHard: map[string]string{
 			"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%",
 		},
-		ClusterDomain:             "cluster.local",
+		ClusterDomain:             ClusterDomain,
+		ClusterDNS:                []string{ClusterDNS},
 		ResolverConfig:            ptr.To("/etc/resolv.conf"),
 		RotateCertificates:        false,
 		ServerTLSBootstrap:        false,

@@ -31,6 +31,7 @@ type upRun struct {
 	start      time.Time
 	tokens     []controlplane.Token // the guests' kubelet credentials
 	proxyToken string               // kube-proxy's, shared by every node
+	dnsToken   string               // CoreDNS's (user labcloud:coredns)
 }
 
 // upStep is one named step of up.
@@ -102,6 +103,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 			return nil
 		}},
 		{"libvirt network " + NetworkName, func() error { return defineNetwork() }},
+		{"multipath hash per connection", spreadPerConnection},
 		{"etcd, kube-apiserver, kube-controller-manager, kube-scheduler", func() (err error) {
 			cp, client, err = u.startControlPlane(ctx)
 			return err
@@ -111,6 +113,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 		steps = append(steps, upStep{"API server on the host's loopback", func() error { return u.startForwarder(ctx) }})
 	}
 	steps = append(steps, []upStep{
+		{"cluster DNS (CoreDNS)", func() error { return u.startDNS(ctx, cp, client) }},
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.waitFor(opts.Nodes), opts.Out) }},
@@ -155,7 +158,8 @@ func (u *upRun) repo() string {
 // ensureTools finds the control-plane binaries, building them from the
 // module proxy (hack/build-tools.sh) when they are missing.
 func ensureTools(ctx context.Context, repo string, out io.Writer) (string, error) {
-	if d, err := controlplane.FindTools(); err == nil {
+	// A cache built before CoreDNS joined the tools lacks only that.
+	if d, err := controlplane.FindTools(); err == nil && isFile(filepath.Join(d, "coredns")) {
 		return d, nil
 	}
 	script := filepath.Join(repo, "hack", "build-tools.sh")
@@ -212,6 +216,14 @@ func defineNetwork() error {
 	return libvirtd.CreateNetwork(c, NetworkName, Bridge, subnet, dhcpFirst, dhcpLast)
 }
 
+// spreadPerConnection has the lab's host spread routed connections to VIPs
+// over the CCM's multipath routes per connection, as the README tells
+// users to: the sysctl makes the kernel hash a connection's ports as well
+// as its addresses. It is per network namespace, and up runs in the lab's.
+func spreadPerConnection() error {
+	return os.WriteFile("/proc/sys/net/ipv4/fib_multipath_hash_policy", []byte("1"), 0o644)
+}
+
 func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPlane, kubernetes.Interface, error) {
 	var tokens []controlplane.Token
 	for i := 1; i <= u.opts.Nodes; i++ {
@@ -219,7 +231,8 @@ func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPla
 	}
 	u.tokens = tokens
 	u.proxyToken = controlplane.NewToken()
-	tokens = append(tokens, controlplane.Token{Token: u.proxyToken, User: "system:kube-proxy"})
+	u.dnsToken = controlplane.NewToken()
+	tokens = append(tokens, controlplane.Token{Token: u.proxyToken, User: "system:kube-proxy"}, controlplane.Token{Token: u.dnsToken, User: dnsUser})
 	return u.runControlPlane(ctx, controlplane.Options{Address: Gateway, ClusterCIDR: ClusterCIDR, Tokens: tokens, Scheduler: true})
 }
 

@@ -29,14 +29,21 @@ const (
 )
 
 // imagesVersion changes whenever an image recipe changes (part of the disk key).
-const imagesVersion = "pause+agnhost/3"
+const imagesVersion = "pause+agnhost/5"
 
 // agnhostPrograms are host programs the e2e tests exec inside agnhost
-// besides busybox's applets (nc, seq, ...). GNU wget replaces busybox's,
-// which crashes in Debian's static build; dash is /bin/sh because busybox's
-// shell runs its own applets before PATH, so `sh -c wget` would still
-// reach the crashing one.
-var agnhostPrograms = []string{"/usr/bin/curl", "/usr/bin/wget", "/bin/dash"}
+// besides busybox's applets (seq, ...), by their path in the image. GNU
+// wget replaces busybox's, which crashes in Debian's static build;
+// netcat-openbsd is the nc upstream's agnhost carries (the probes use its
+// -v and -t, which busybox's small nc refuses); dash is /bin/sh because
+// busybox's shell runs its own applets before PATH, so `sh -c wget` would
+// still reach the crashing one.
+var agnhostPrograms = map[string]string{
+	"/usr/bin/curl": "/usr/bin/curl",
+	"/usr/bin/wget": "/usr/bin/wget",
+	"/usr/bin/nc":   "/bin/nc.openbsd",
+	"/bin/dash":     "/bin/dash",
+}
 
 // writeImages writes one docker-archive tarball per image into dir, the
 // format `ctr images import` reads.
@@ -119,7 +126,7 @@ func pauseLayer(tools string) ([]byte, error) {
 }
 
 // agnhostLayer holds agnhost, busybox with its applets, dash as /bin/sh,
-// curl and wget with their libraries, and the files a container expects
+// curl, wget and nc with their libraries, and the files a container expects
 // in /etc.
 func agnhostLayer(opts DiskOptions) ([]byte, error) {
 	l := layerTree{}
@@ -141,13 +148,18 @@ func agnhostLayer(opts DiskOptions) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	replaced := map[string]bool{"sh": true}
+	for p := range agnhostPrograms {
+		replaced[path.Base(p)] = true
+	}
 	for _, a := range applets {
-		if a = clean(a); a != "bin/busybox" && a != "linuxrc" {
+		if a = clean(a); a != "bin/busybox" && a != "linuxrc" && !replaced[path.Base(a)] {
 			l.symlink(a, "/bin/busybox")
 		}
 	}
-	for _, prog := range agnhostPrograms {
-		if err := l.hostFile(clean(prog), prog, 0o755); err != nil {
+	for _, p := range sortedKeys(agnhostPrograms) {
+		prog := agnhostPrograms[p]
+		if err := l.hostFile(clean(p), prog, 0o755); err != nil {
 			return nil, fmt.Errorf("%w (run hack/install-deps.sh)", err)
 		}
 		libs, err := sharedLibraries(context.Background(), prog)
@@ -164,6 +176,9 @@ func agnhostLayer(opts DiskOptions) ([]byte, error) {
 	l.file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"))
 	l.file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
 	l.file("etc/nsswitch.conf", 0o644, []byte("hosts: files dns\n"))
+	// One try, as busybox's wget: a probe that must fail is not retried
+	// for minutes.
+	l.file("etc/wgetrc", 0o644, []byte("tries = 1\n"))
 	l.dir("tmp", 0o1777)
 	return l.tar()
 }

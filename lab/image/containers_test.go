@@ -15,12 +15,12 @@ import (
 	"testing"
 )
 
-// TestAgnhostShellRunsGNUWget runs what upstream e2e tests exec in the
-// agnhost image, `/bin/sh -c 'wget ...'`, inside the layer we build (as a
+// TestAgnhostShellRunsUpstreamProbes runs what upstream e2e tests exec in
+// the agnhost image, `/bin/sh -c 'wget ...'` and `nc -v -t`, inside the layer we build (as a
 // chroot) against an HTTP server on loopback. Debian's static busybox sh
 // runs its own wget applet before PATH, and that applet crashes: the
 // image's shell must be one that finds GNU wget.
-func TestAgnhostShellRunsGNUWget(t *testing.T) {
+func TestAgnhostShellRunsUpstreamProbes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: chroot into the image layer")
 	}
@@ -53,13 +53,45 @@ func TestAgnhostShellRunsGNUWget(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := `mount -t proc proc "$1/proc" && exec chroot "$1" /bin/sh -c "$2"`
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh",
-		root, fmt.Sprintf(`wget -T 5 -qO- "%s"`, ln.Addr()))
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "hello from loopback" {
-		t.Fatalf("sh -c wget in the agnhost layer: %v, output %q", err, out)
+	inImage := func(command string) (string, error) {
+		script := `mount -t proc proc "$1/proc" && exec chroot "$1" /bin/sh -c "$2"`
+		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh", root, command)
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := inImage(fmt.Sprintf(`wget -T 5 -qO- "%s"`, ln.Addr())); err != nil || out != "hello from loopback" {
+		t.Errorf("sh -c wget in the agnhost layer: %v, output %q", err, out)
+	}
+	// A probe that must fail (a source range that drops it) is tried once,
+	// as busybox's wget in upstream's image does: GNU wget would retry a
+	// timed-out read 20 times, outlasting the e2e test's poll.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	accepted := make(chan net.Conn, 32)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	if out, err := inImage(fmt.Sprintf(`wget -T 1 -qO- "%s"`, silent.Addr())); err == nil {
+		t.Errorf("wget from a server that never answers succeeded: %q", out)
+	}
+	if n := len(accepted); n != 1 {
+		t.Errorf("wget connected %d times to a server that never answers, want 1 (no retries)", n)
+	}
+	// CheckServiceReachability's probe: upstream's agnhost carries
+	// netcat-openbsd, whose -v and -t busybox's small nc refuses.
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if out, err := inImage(fmt.Sprintf(`echo hostName | nc -v -t -w 2 %s %s`, host, port)); err != nil {
+		t.Errorf("sh -c 'nc -v -t' in the agnhost layer: %v, output %q", err, out)
 	}
 }
 

@@ -266,12 +266,14 @@ func Lock(ctx context.Context, waiting func()) (release func(), err error) {
 }
 
 // CreateNetwork starts a transient routed libvirt network with a bridge
-// and DHCP: gateway prefix.1/24, leases prefix.first-prefix.last.
+// and DHCP: gateway prefix.1/24, leases prefix.first-prefix.last. Its
+// dnsmasq serves no DNS: port 53 on the gateway is the cluster DNS's.
 func CreateNetwork(c *libvirt.Connect, name, bridge, prefix string, first, last int) error {
 	xml := fmt.Sprintf(`<network>
   <name>%s</name>
   <bridge name='%s' stp='off' delay='0'/>
   <forward mode='route'/>
+  <dns enable='no'/>
   <ip address='%s.1' netmask='255.255.255.0'>
     <dhcp><range start='%s.%d' end='%s.%d'/></dhcp>
   </ip>

@@ -335,6 +335,16 @@ func TestLab(t *testing.T) {
 		t.Errorf("the 3 web pods all run on one node (%v): no cross-node check possible", podNode)
 	}
 
+	// A pod reaches the Service by name, through the shell as upstream's
+	// e2e tests do: the kubelet's clusterDNS -> kube-dns -> the lab's CoreDNS.
+	for a := range podNode {
+		got := l.mustKubectl("exec", a, "--", "/bin/sh", "-c", "wget -qO- -T 5 http://web/hostname")
+		if _, ok := podNode[got]; !ok {
+			t.Errorf("pod %s fetched http://web/hostname by name: %q, want a web pod's name", a, got)
+		}
+		break
+	}
+
 	// externalTrafficPolicy: Local with the pods on one node: announced via
 	// that node, the client's own address seen, and the VIP follows the pods.
 	var other string

@@ -1,0 +1,174 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lab/controlplane"
+)
+
+// The lab's cluster DNS is CoreDNS (hack/dnstools) running beside the
+// control plane in the lab's namespace, on the bridge address. Pods reach
+// it as kubeadm clusters do: the kubelets' clusterDNS is the kube-dns
+// Service's cluster IP, and that Service's one endpoint is the bridge
+// address, so kube-proxy carries the queries there.
+const (
+	ClusterDNS    = "10.96.0.10" // kube-dns's cluster IP (kubeadm's choice in 10.96.0.0/16)
+	ClusterDomain = "cluster.local"
+	dnsPid        = "coredns" // its key in State.Pids
+	dnsUser       = "labcloud:coredns"
+)
+
+func dnsLog(dir string) string { return filepath.Join(dir, "coredns.log") }
+
+// corefile serves the cluster's Service names (and reverse lookups of
+// their addresses) from the API server, on the bridge address only. Other
+// names get no answer: the lab has no upstream resolver to forward to.
+func corefile(kubeconfig string) string {
+	return fmt.Sprintf(`.:53 {
+    bind %s
+    errors
+    kubernetes %s in-addr.arpa ip6.arpa {
+        kubeconfig %s
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 30
+    }
+    cache 30
+    loadbalance
+}
+`, Gateway, ClusterDomain, kubeconfig)
+}
+
+// dnsRBAC lets the DNS user read what the kubernetes plugin watches, and
+// nothing else.
+func dnsRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: dnsUser},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"services", "namespaces"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: dnsUser},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: dnsUser},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: dnsUser}},
+	}
+	return role, binding
+}
+
+// kubeDNS is kubeadm's kube-dns Service, without a selector: its endpoint
+// is the lab's CoreDNS on the bridge address (kubeDNSEndpoints).
+func kubeDNS() *v1.Service {
+	ports := []v1.ServicePort{
+		{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
+		{Name: "dns-tcp", Protocol: v1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(53)},
+	}
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}},
+		Spec:       v1.ServiceSpec{ClusterIP: ClusterDNS, Ports: ports},
+	}
+}
+
+func kubeDNSEndpoints() *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-lab", Namespace: "kube-system", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "kube-dns",
+			discoveryv1.LabelManagedBy:   "labcloud",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{Gateway}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("dns"), Protocol: ptr.To(v1.ProtocolUDP), Port: ptr.To[int32](53)},
+			{Name: ptr.To("dns-tcp"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](53)},
+		},
+	}
+}
+
+// startDNS runs CoreDNS with its own token (dnsToken, in the API server's
+// token file) and read-only RBAC, publishes it as kube-dns, and waits until
+// it answers for the API server's Service.
+func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface) error {
+	bin := filepath.Join(u.st.Tools, "coredns")
+	if !isFile(bin) {
+		return fmt.Errorf("%s missing: run make tools (hack/build-tools.sh)", bin)
+	}
+	role, binding := dnsRBAC()
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cluster role %s: %w", role.Name, err)
+	}
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cluster role binding %s: %w", binding.Name, err)
+	}
+	kc := filepath.Join(u.st.Dir, "coredns.kubeconfig")
+	if err := cp.WriteKubeconfig(kc, dnsUser, u.dnsToken); err != nil {
+		return err
+	}
+	conf := filepath.Join(u.st.Dir, "Corefile")
+	if err := os.WriteFile(conf, []byte(corefile(kc)), 0o644); err != nil {
+		return err
+	}
+	p, err := controlplane.StartDaemon(dnsLog(u.st.Dir), bin, "-conf", conf)
+	if err != nil {
+		return err
+	}
+	u.st.Pids[dnsPid] = p.Pid()
+	if _, err := client.CoreV1().Services("kube-system").Create(ctx, kubeDNS(), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("service kube-system/kube-dns: %w", err)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(ctx, kubeDNSEndpoints(), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("endpoint slice of kube-system/kube-dns: %w", err)
+	}
+	api, err := client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	name, want := "kubernetes.default.svc."+ClusterDomain, api.Spec.ClusterIP
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("coredns exited at start:\n%s", p.Tail(20))
+		}
+		addrs, err := resolveAt(ctx, Gateway, name)
+		if err == nil && len(addrs) == 1 && addrs[0] == want {
+			return true, nil
+		}
+		last = fmt.Errorf("%s at %s: %v %v, want %s", name, Gateway, addrs, err, want)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("cluster DNS not answering: %w (last: %v; log %s)", err, last, dnsLog(u.st.Dir))
+	}
+	fmt.Fprintf(u.opts.Out, "           %s -> %s from CoreDNS at %s (Service kube-system/kube-dns %s)\n", name, want, Gateway, ClusterDNS)
+	return nil
+}
+
+// resolveAt looks name up (A records) at the DNS server on server:53.
+func resolveAt(ctx context.Context, server, name string) ([]string, error) {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, net.JoinHostPort(server, "53"))
+	}}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ips, err := r.LookupIP(ctx, "ip4", name)
+	var out []string
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out, err
+}
