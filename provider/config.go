@@ -61,7 +61,23 @@ type RoutesConfig struct {
 type LoadBalancerConfig struct {
 	Bridge string          `json:"bridge"`
 	Pools  []lb.PoolConfig `json:"pools"`
+	// RoutedTraffic says how the host forwards traffic to a VIP (from
+	// other networks, or its own): RoutedSpread (the default) over every
+	// node that may answer the VIP, or RoutedAnnouncer through the
+	// answering node alone.
+	RoutedTraffic string `json:"routedTraffic"`
 }
+
+// loadBalancer.routedTraffic values.
+const (
+	// RoutedSpread installs "<vip>/32 proto 77" with every node that may
+	// answer the VIP as a next hop (the answering node alone for ClientIP
+	// affinity): the kernel's multipath hash spreads connections.
+	RoutedSpread = "spread"
+	// RoutedAnnouncer leaves the host to reach VIPs as any client on the
+	// bridge does: by ARP, through the answering node.
+	RoutedAnnouncer = "announcer"
+)
 
 // HypervisorConfig is one libvirt connection.
 type HypervisorConfig struct {
@@ -231,6 +247,13 @@ func (c *Config) complete() error {
 		}
 		if _, err := lb.NewPools(lbc.Pools); err != nil {
 			errs = append(errs, fmt.Errorf("loadBalancer.pools: %w", err))
+		}
+		switch lbc.RoutedTraffic {
+		case "":
+			c.LoadBalancer.RoutedTraffic = RoutedSpread
+		case RoutedSpread, RoutedAnnouncer:
+		default:
+			bad("loadBalancer.routedTraffic", lbc.RoutedTraffic, fmt.Sprintf("is not %q or %q", RoutedSpread, RoutedAnnouncer))
 		}
 	}
 	if c.ResyncPeriod.Duration < time.Second {

@@ -78,7 +78,7 @@ loadBalancer:
   bridge: virbr1
   pools: [{name: lab, addresses: [192.168.122.200-192.168.122.250]}]
 `))
-	if err != nil || c.Routes.Bridge != "virbr1" || len(c.LoadBalancer.Pools) != 1 {
+	if err != nil || c.Routes.Bridge != "virbr1" || len(c.LoadBalancer.Pools) != 1 || c.LoadBalancer.RoutedTraffic != RoutedSpread {
 		t.Fatalf("%+v, %v", c, err)
 	}
 	for yaml, want := range map[string]string{
@@ -89,6 +89,7 @@ loadBalancer:
 		"loadBalancer: {pools: [{name: a, addresses: [10.0.0.0/24]}]}":            "loadBalancer.bridge: required",
 		"loadBalancer: {bridge: b, pools: [{name: a, addresses: [10.0.0.1/24]}]}": "loadBalancer.pools: pool \"a\"",
 		"loadBalancer: {bridge: b, pools: [{name: a, addresses: [10.0.0.0/24]}, {name: b, addresses: [10.0.0.5]}]}": "overlap",
+		"loadBalancer: {bridge: b, pools: [{name: a, addresses: [10.0.0.0/24]}], routedTraffic: ecmp}":              `loadBalancer.routedTraffic: "ecmp" is not "spread" or "announcer"`,
 	} {
 		if _, err := LoadConfig(strings.NewReader(yaml)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", yaml, err, want)

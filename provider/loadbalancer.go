@@ -27,6 +27,7 @@ import (
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/lb/announce"
 	"github.com/labcloud/labcloud/metrics"
+	"github.com/labcloud/labcloud/netroutes"
 )
 
 // LoadBalancer: this file holds the cloudprovider.LoadBalancer methods.
@@ -103,6 +104,11 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 	l, err := newLoadBalancerWith(cfg, hvs, in, ann)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.RoutedTraffic != RoutedAnnouncer {
+		if l.place.spread, err = netroutes.New(h, netroutes.Config{Bridge: cfg.Bridge, Protocol: netroutes.VIPProtocol}); err != nil {
+			return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
+		}
 	}
 	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools)
 	l.role.stand(ctx)

@@ -82,6 +82,7 @@ type placement struct {
 	instances *instances
 	alloc     *lb.Allocator
 	ann       Announcer
+	spread    pathSetter // the host's routes to VIPs; nil: ARP alone
 
 	// Set by watch.
 	nodes    corelisters.NodeLister
@@ -390,6 +391,7 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac, "reason", reason)
 		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
 	}
+	p.applySpread(ctx, snap, want, holders, given)
 	p.conds.update(p.answers(snap, holders))
 }
 

@@ -1,0 +1,168 @@
+package netroutes
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/labcloud/labcloud/metrics"
+)
+
+// VIPProtocol marks the load balancers' spread routes (shown as "proto 77"
+// by `ip route`): one number apart from the pod-CIDR routes' DefaultProtocol,
+// so each Manager lists and removes only its own.
+const VIPProtocol netlink.RouteProtocol = 77
+
+// Paths is a route with one or more next hops on the bridge: traffic to Dst
+// is spread over Gateways by the kernel's multipath hash (per connection
+// with net.ipv4.fib_multipath_hash_policy=1, per client address with the
+// default 0). Gateways are kept sorted, so equal sets compare equal.
+type Paths struct {
+	Dst      netip.Prefix
+	Gateways []netip.Addr
+}
+
+func (p Paths) String() string { return fmt.Sprintf("%s via %v", p.Dst, p.Gateways) }
+
+// ReconcilePaths makes the Manager's routes exactly desired, each written
+// as one route (multipath when it has several gateways) with a single
+// replace, so a changed set of next hops never leaves a gap. It writes
+// nothing for a route already in place, and removes owned routes to other
+// destinations. It returns how many writes it made. Use a Manager of its
+// own protocol (VIPProtocol): Reconcile would take these routes for stale.
+func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
+	want := make(map[netip.Prefix]Paths, len(desired))
+	var errs []error
+	for _, p := range desired {
+		p.Gateways = slices.Clone(p.Gateways)
+		slices.SortFunc(p.Gateways, netip.Addr.Compare)
+		p.Gateways = slices.Compact(p.Gateways)
+		if err := checkPaths(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := want[p.Dst]; dup {
+			errs = append(errs, fmt.Errorf("route %s: destination listed twice", p))
+			continue
+		}
+		want[p.Dst] = p
+	}
+	if len(errs) > 0 {
+		return 0, errors.Join(errs...)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	link, err := m.bridge()
+	if err != nil {
+		return 0, err
+	}
+	owned, err := m.owned()
+	if err != nil {
+		return 0, err
+	}
+	before := m.writes.Load()
+	have := map[netip.Prefix]bool{}
+	for _, k := range owned {
+		dst, ok := prefixFromIPNet(k.Dst)
+		p, wanted := want[dst]
+		if ok && wanted && !have[dst] && m.pathsMatch(k, link, p) {
+			have[dst] = true
+			continue
+		}
+		if ok && wanted && !have[dst] && k.Priority == m.cfg.Metric && k.Tos == 0 {
+			continue // same kernel key as the wanted route: the replace below rewrites it
+		}
+		if err := m.del(k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, dst := range sortedPrefixes(want) {
+		if have[dst] {
+			continue
+		}
+		p := want[dst]
+		m.writes.Add(1)
+		metrics.RouteWrites.WithLabelValues(metrics.OpReplace).Inc()
+		if err := m.h.RouteReplace(m.pathsToKernel(p, link)); err != nil {
+			errs = append(errs, fmt.Errorf("replace route %s dev %s: %w", p, m.cfg.Bridge, err))
+		}
+	}
+	return int(m.writes.Load() - before), errors.Join(errs...)
+}
+
+// pathsToKernel is <dst> via <gw> (one gateway) or <dst> nexthop via <gw1>
+// nexthop via <gw2> ... (several), on the bridge, with the Manager's
+// protocol, table and metric.
+func (m *Manager) pathsToKernel(p Paths, link netlink.Link) *netlink.Route {
+	r := &netlink.Route{
+		Dst:      &net.IPNet{IP: p.Dst.Addr().AsSlice(), Mask: net.CIDRMask(p.Dst.Bits(), p.Dst.Addr().BitLen())},
+		Protocol: m.cfg.Protocol,
+		Table:    m.cfg.Table,
+		Priority: m.cfg.Metric,
+		Type:     unix.RTN_UNICAST,
+	}
+	if len(p.Gateways) == 1 {
+		r.LinkIndex, r.Gw = link.Attrs().Index, p.Gateways[0].AsSlice()
+		return r
+	}
+	for _, gw := range p.Gateways {
+		r.MultiPath = append(r.MultiPath, &netlink.NexthopInfo{LinkIndex: link.Attrs().Index, Gw: gw.AsSlice()})
+	}
+	return r
+}
+
+// pathsMatch says whether kernel route k is p as pathsToKernel writes it.
+func (m *Manager) pathsMatch(k netlink.Route, link netlink.Link, p Paths) bool {
+	if k.Priority != m.cfg.Metric || k.Tos != 0 || k.Type != unix.RTN_UNICAST || k.Src != nil {
+		return false
+	}
+	var gws []netip.Addr
+	hop := func(index int, gw net.IP) bool {
+		a, ok := netip.AddrFromSlice(gw)
+		gws = append(gws, a.Unmap())
+		return ok && index == link.Attrs().Index
+	}
+	if len(k.MultiPath) == 0 {
+		if !hop(k.LinkIndex, k.Gw) {
+			return false
+		}
+	}
+	for _, nh := range k.MultiPath {
+		if nh.Flags != 0 && nh.Flags&unix.RTNH_F_LINKDOWN == 0 || !hop(nh.LinkIndex, nh.Gw) {
+			return false
+		}
+	}
+	slices.SortFunc(gws, netip.Addr.Compare)
+	return slices.Equal(gws, p.Gateways)
+}
+
+func checkPaths(p Paths) error {
+	if len(p.Gateways) == 0 {
+		return fmt.Errorf("route %s: no gateway", p)
+	}
+	for _, gw := range p.Gateways {
+		if err := checkRoute(Route{Dst: p.Dst, Gateway: gw}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedPrefixes[V any](m map[netip.Prefix]V) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return out
+}

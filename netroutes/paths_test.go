@@ -1,0 +1,131 @@
+package netroutes
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// kernelHops is the gateways of the one route to dst, sorted, and its
+// protocol; it fails the test when there is not exactly one.
+func kernelHops(t *testing.T, n *testNS, dst string) []string {
+	t.Helper()
+	routes := kernelRoutes(t, n, dst)
+	if len(routes) != 1 {
+		t.Fatalf("routes to %s: %v, want exactly one", dst, routes)
+	}
+	k := routes[0]
+	if k.Protocol != VIPProtocol {
+		t.Errorf("route to %s has proto %d, want %d", dst, k.Protocol, VIPProtocol)
+	}
+	var out []string
+	if len(k.MultiPath) == 0 {
+		out = append(out, k.Gw.String())
+	}
+	for _, nh := range k.MultiPath {
+		out = append(out, nh.Gw.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func paths(dst string, gws ...string) Paths {
+	p := Paths{Dst: pfx(dst)}
+	for _, g := range gws {
+		p.Gateways = append(p.Gateways, addr(g))
+	}
+	return p
+}
+
+func mustReconcilePaths(t *testing.T, m *Manager, desired ...Paths) int {
+	t.Helper()
+	writes, err := m.ReconcilePaths(desired)
+	if err != nil {
+		t.Fatalf("ReconcilePaths(%v): %v", desired, err)
+	}
+	return writes
+}
+
+func TestReconcilePathsSpreadsAndNarrows(t *testing.T) {
+	n, m := newLab(t, Config{Protocol: VIPProtocol})
+	const vip = "192.168.100.200/32"
+
+	if w := mustReconcilePaths(t, m, paths(vip, "192.168.100.13", "192.168.100.11", "192.168.100.12")); w != 1 {
+		t.Errorf("first install: %d writes, want 1", w)
+	}
+	if got, want := kernelHops(t, n, vip), []string{"192.168.100.11", "192.168.100.12", "192.168.100.13"}; !slices.Equal(got, want) {
+		t.Errorf("next hops = %v, want %v", got, want)
+	}
+	if w := mustReconcilePaths(t, m, paths(vip, "192.168.100.12", "192.168.100.11", "192.168.100.13")); w != 0 {
+		t.Errorf("same set in another order: %d writes, want 0", w)
+	}
+
+	// A node leaves: one replace, never a moment without the route.
+	if w := mustReconcilePaths(t, m, paths(vip, "192.168.100.11", "192.168.100.13")); w != 1 {
+		t.Errorf("narrowing: %d writes, want 1", w)
+	}
+	if got, want := kernelHops(t, n, vip), []string{"192.168.100.11", "192.168.100.13"}; !slices.Equal(got, want) {
+		t.Errorf("next hops = %v, want %v", got, want)
+	}
+
+	// Down to the one node a ClientIP-affinity Service keeps.
+	if w := mustReconcilePaths(t, m, paths(vip, "192.168.100.12")); w != 1 {
+		t.Errorf("single next hop: %d writes, want 1", w)
+	}
+	if got, want := kernelHops(t, n, vip), []string{"192.168.100.12"}; !slices.Equal(got, want) {
+		t.Errorf("next hops = %v, want %v", got, want)
+	}
+	if w := mustReconcilePaths(t, m, paths(vip, "192.168.100.12")); w != 0 {
+		t.Errorf("single next hop again: %d writes, want 0", w)
+	}
+}
+
+func TestReconcilePathsRemovesOnlyItsOwn(t *testing.T) {
+	n, m := newLab(t, Config{Protocol: VIPProtocol})
+	pods, err := New(n.h, Config{Bridge: labBridge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustReconcile(t, pods, []Route{rt("10.244.1.0/24", "192.168.100.11")})
+	addForeign(t, n, "192.168.100.201/32", "192.168.100.12", 4, 0) // an operator's static route
+
+	mustReconcilePaths(t, m, paths("192.168.100.200/32", "192.168.100.11", "192.168.100.12"))
+	if w := mustReconcilePaths(t, m); w != 1 {
+		t.Errorf("withdrawing the VIP: %d writes, want 1", w)
+	}
+	if got := kernelRoutes(t, n, "192.168.100.200/32"); len(got) != 0 {
+		t.Errorf("VIP route still there: %v", got)
+	}
+	if got := kernelRoutes(t, n, "10.244.1.0/24"); len(got) != 1 || got[0].Protocol != DefaultProtocol {
+		t.Errorf("pod-CIDR route of the other Manager = %v, want it untouched", got)
+	}
+	if got := kernelRoutes(t, n, "192.168.100.201/32"); len(got) != 1 {
+		t.Errorf("foreign route = %v, want it untouched", got)
+	}
+	// And the pod-CIDR Manager leaves the VIP routes alone in turn.
+	mustReconcilePaths(t, m, paths("192.168.100.200/32", "192.168.100.11", "192.168.100.12"))
+	mustReconcile(t, pods, []Route{rt("10.244.1.0/24", "192.168.100.11")})
+	if got := kernelHops(t, n, "192.168.100.200/32"); len(got) != 2 {
+		t.Errorf("VIP route after the pod-CIDR Manager's reconcile: %v", got)
+	}
+}
+
+func TestReconcilePathsNamesBadInput(t *testing.T) {
+	_, m := newLab(t, Config{Protocol: VIPProtocol})
+	for _, tc := range []struct {
+		p    Paths
+		want string
+	}{
+		{paths("192.168.100.200/32"), "no gateway"},
+		{paths("192.168.100.200/32", "fd00:100::11"), "different families"},
+		{Paths{Dst: netip.MustParsePrefix("192.168.100.200/24"), Gateways: []netip.Addr{addr("192.168.100.11")}}, "host bits"},
+	} {
+		if _, err := m.ReconcilePaths([]Paths{tc.p}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.p.Dst.String()) {
+			t.Errorf("ReconcilePaths(%v) error = %v, want one naming %s and saying %q", tc.p, err, tc.p.Dst, tc.want)
+		}
+	}
+	if _, err := m.ReconcilePaths([]Paths{paths("192.168.100.200/32", "192.168.100.11"), paths("192.168.100.200/32", "192.168.100.12")}); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a destination listed twice: error = %v", err)
+	}
+}

@@ -1,0 +1,110 @@
+package provider
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/netroutes"
+)
+
+// Spread routes: traffic the host routes to a VIP (from other networks,
+// from the host itself) goes over a /32 route whose next hops are every node
+// that may answer the VIP, as a cloud load balancer spreads over its
+// backends; the kernel's multipath hash picks one per connection. ARP keeps
+// serving the clients on the bridge itself through the answering node.
+
+// pathSetter programs the host's routes to VIPs. A netroutes.Manager of
+// protocol netroutes.VIPProtocol satisfies it.
+type pathSetter interface {
+	Subnets() ([]netip.Prefix, error)
+	ReconcilePaths([]netroutes.Paths) (int, error)
+}
+
+var _ pathSetter = (*netroutes.Manager)(nil)
+
+// vipPaths decides the host's route to each answered VIP (answering: VIP →
+// answering node). The next hops are the VIP's eligible nodes, or the
+// answering node alone when a Service on the VIP wants ClientIP affinity
+// (kube-proxy keeps affinity per node, so only one node may see a client)
+// or when the answering node is not among the eligible (a VIP kept through
+// a control-plane outage). addr gives a node's address on the bridge for
+// the VIP's family; a node without one is left out, and a VIP whose
+// answering node has none gets no route (the host reaches it by ARP).
+func vipPaths(answering map[netip.Addr]string, eligible map[netip.Addr][]string, affinity map[netip.Addr]bool, addr func(node string, vip netip.Addr) (netip.Addr, bool)) []netroutes.Paths {
+	var out []netroutes.Paths
+	for vip, node := range answering {
+		gw, ok := addr(node, vip)
+		if !ok {
+			continue
+		}
+		p := netroutes.Paths{Dst: netip.PrefixFrom(vip, vip.BitLen()), Gateways: []netip.Addr{gw}}
+		if nodes := eligible[vip]; !affinity[vip] && slices.Contains(nodes, node) {
+			for _, n := range nodes {
+				if a, ok := addr(n, vip); ok && n != node {
+					p.Gateways = append(p.Gateways, a)
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// applySpread programs the host's routes to every VIP answered now (after
+// the pass's announcer changes, so a route never names a node the ARP
+// answer has left).
+func (p *placement) applySpread(ctx context.Context, snap snapshot, eligible map[netip.Addr][]string, holders map[netip.Addr][]string, given *v1.Service) {
+	if p.spread == nil {
+		return
+	}
+	subnets, err := p.spread.Subnets()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot read the bridge's subnets for the routes to VIPs")
+		return
+	}
+	answering := map[netip.Addr]string{}
+	for vip, mac := range p.ann.Answering() {
+		if h, ok := snap.byMAC[mac.String()]; ok {
+			answering[vip] = h.node
+		}
+	}
+	affinity := map[netip.Addr]bool{}
+	for vip, hs := range holders {
+		for _, k := range hs {
+			if s := p.lookupService(k, given); s != nil && s.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
+				affinity[vip] = true
+			}
+		}
+	}
+	addr := func(node string, vip netip.Addr) (netip.Addr, bool) {
+		return bridgeAddress(snap.listed[node], subnets, vip.Is4())
+	}
+	if _, err := p.spread.ReconcilePaths(vipPaths(answering, eligible, affinity, addr)); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot program the host's routes to VIPs")
+	}
+}
+
+// bridgeAddress is n's first InternalIP of the family that lies on one of
+// the bridge's subnets: the only kind of address that is a next hop there.
+func bridgeAddress(n *v1.Node, subnets []netip.Prefix, v4 bool) (netip.Addr, bool) {
+	if n == nil {
+		return netip.Addr{}, false
+	}
+	for _, a := range n.Status.Addresses {
+		ip, err := netip.ParseAddr(a.Address)
+		if a.Type != v1.NodeInternalIP || err != nil || ip.Unmap().Is4() != v4 {
+			continue
+		}
+		ip = ip.Unmap()
+		for _, s := range subnets {
+			if s.Contains(ip) {
+				return ip, true
+			}
+		}
+	}
+	return netip.Addr{}, false
+}
