@@ -4,8 +4,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -24,27 +22,11 @@ import (
 // MAC, stamped after the move and within the announcer's first round; what
 // concerns another VIP, or names the old MAC, must not.
 func TestWireWatchSeesTheAnnouncer(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, a bridge, raw sockets and netlink")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New() // entered: everything below lives in it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // the locked thread must not run anything else
-		}
-	}()
+	inNewNetns(t, func(ns netns.NsHandle) { wireWatchSeesTheAnnouncer(t, ns) })
+}
 
+// wireWatchSeesTheAnnouncer runs in the namespace ns, entered.
+func wireWatchSeesTheAnnouncer(t *testing.T, ns netns.NsHandle) {
 	const bridge = "lcbw0"
 	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridge, HardwareAddr: mac("02:78:00:00:00:01")}}

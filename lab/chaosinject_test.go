@@ -17,6 +17,16 @@ import (
 // that holds a bridge named as the lab's, and restores the namespace.
 func inTestNetns(t *testing.T, f func()) {
 	t.Helper()
+	inNewNetns(t, func(netns.NsHandle) {
+		addBridge(t)
+		f()
+	})
+}
+
+// inNewNetns runs f on a locked thread inside a new, empty network
+// namespace (ns), and restores the thread's namespace afterwards.
+func inNewNetns(t *testing.T, f func(ns netns.NsHandle)) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, bridges, veth")
 	}
@@ -34,11 +44,10 @@ func inTestNetns(t *testing.T, f func()) {
 	defer ns.Close()
 	defer func() {
 		if err := netns.Set(orig); err != nil {
-			panic(err)
+			panic(err) // the locked thread must not run anything else
 		}
 	}()
-	addBridge(t)
-	f()
+	f(ns)
 }
 
 func addBridge(t *testing.T) {
