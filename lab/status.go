@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -52,7 +53,8 @@ type NodeStatus struct {
 
 // ServiceStatus is one VIP of a LoadBalancer Service: who answers for it
 // and since when, as the CCM's lb.labcloud.io/Announced condition says,
-// and the MAC the host's neighbour table has for it (what the wire says).
+// the MAC the host's neighbour table has for it (what the wire says), and
+// the nodes the host's spread route to it goes via.
 type ServiceStatus struct {
 	Service string `json:"service"`
 	VIP     string `json:"vip"`
@@ -63,8 +65,17 @@ type ServiceStatus struct {
 	Since *time.Time `json:"since,omitempty"`
 	// Placement is the condition's reason (Announced, NoEligibleNode), or
 	// why there is none to read.
-	Placement     string `json:"placement"`
-	HostNeighbour string `json:"hostNeighbour"`
+	Placement     string   `json:"placement"`
+	HostNeighbour string   `json:"hostNeighbour"`
+	RoutedVia     []string `json:"routedVia,omitempty"`
+}
+
+// hostSide is what the host's kernel says of the VIPs: the MAC of each
+// one's permanent neighbour entry, and the nodes its spread route (proto
+// 77) goes via.
+type hostSide struct {
+	neighbour map[string]string
+	routedVia map[string][]string
 }
 
 // GetStatus reads the lab's state from the API server, libvirt and the
@@ -106,9 +117,9 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list services: %w", err)
 	}
-	neigh := vipNeighbours()
+	host := hostSide{neighbour: vipNeighbours(), routedVia: vipRoutes(nodes.Items)}
 	for i := range svcs.Items {
-		out.Services = append(out.Services, serviceRows(&svcs.Items[i], neigh)...)
+		out.Services = append(out.Services, serviceRows(&svcs.Items[i], host)...)
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	sort.SliceStable(out.Services, func(i, j int) bool { return out.Services[i].Service < out.Services[j].Service })
@@ -116,9 +127,9 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 }
 
 // serviceRows are a LoadBalancer Service's VIPs (one row without a VIP
-// while it has none), read from its Announced condition; neigh maps VIPs
-// to the MAC the host's neighbour table has for them.
-func serviceRows(s *v1.Service, neigh map[string]string) []ServiceStatus {
+// while it has none), read from its Announced condition, beside what the
+// host's kernel has for them.
+func serviceRows(s *v1.Service, host hostSide) []ServiceStatus {
 	if s.Spec.Type != v1.ServiceTypeLoadBalancer {
 		return nil
 	}
@@ -138,7 +149,8 @@ func serviceRows(s *v1.Service, neigh map[string]string) []ServiceStatus {
 	}
 	var rows []ServiceStatus
 	for _, ing := range s.Status.LoadBalancer.Ingress {
-		row := ServiceStatus{Service: name, VIP: ing.IP, Since: since, Placement: placement, HostNeighbour: neigh[ing.IP]}
+		row := ServiceStatus{Service: name, VIP: ing.IP, Since: since, Placement: placement,
+			HostNeighbour: host.neighbour[ing.IP], RoutedVia: host.routedVia[ing.IP]}
 		if a, ok := answers[ing.IP]; ok {
 			row.Node = a.Node
 			if a.MAC != nil {
@@ -162,13 +174,14 @@ func (s *Status) WriteTable(w io.Writer) {
 			dash(strings.Join(n.Addresses, ",")), dash(n.PodCIDR), dash(n.Route), dash(n.ProviderID))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC\tSINCE\tPLACEMENT\tHOST NEIGHBOUR")
+	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC\tSINCE\tPLACEMENT\tHOST NEIGHBOUR\tROUTED VIA")
 	for _, v := range s.Services {
 		since := "-"
 		if v.Since != nil {
 			since = duration.HumanDuration(s.At.Sub(*v.Since)) + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Service, dash(v.VIP), dash(v.Node), dash(v.MAC), since, v.Placement, dash(v.HostNeighbour))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Service, dash(v.VIP), dash(v.Node), dash(v.MAC), since, v.Placement,
+			dash(v.HostNeighbour), dash(strings.Join(v.RoutedVia, ",")))
 	}
 	tw.Flush()
 }
@@ -237,6 +250,46 @@ func ownedRoutes() (map[string]string, error) {
 		out[r.Dst.String()] = r.Gateway.String()
 	}
 	return out, nil
+}
+
+// vipRoutes are the CCM's spread routes on the bridge: VIP → the nodes
+// (named by their InternalIPs) the route goes via, sorted.
+func vipRoutes(nodes []v1.Node) map[string][]string {
+	out := map[string][]string{}
+	byIP := map[netip.Addr]string{}
+	for _, n := range nodes {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == v1.NodeInternalIP {
+				byIP[ip] = n.Name
+			}
+		}
+	}
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return out
+	}
+	defer h.Close()
+	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge, Protocol: netroutes.VIPProtocol})
+	if err != nil {
+		return out
+	}
+	paths, err := m.ListPaths()
+	if err != nil {
+		return out
+	}
+	for _, p := range paths {
+		var via []string
+		for _, gw := range p.Gateways {
+			if name, ok := byIP[gw]; ok {
+				via = append(via, name)
+			} else {
+				via = append(via, gw.String())
+			}
+		}
+		slices.Sort(via)
+		out[p.Dst.Addr().String()] = via
+	}
+	return out
 }
 
 // vipNeighbours are the permanent neighbour entries on the bridge (the

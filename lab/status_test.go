@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,10 @@ func TestServiceRowsReadTheAnnouncedCondition(t *testing.T) {
 	answered.LastTransitionTime = metav1.NewTime(since)
 	none := lb.AnnouncedCondition([]lb.Answer{{VIP: netip.MustParseAddr("10.123.0.201")}})
 	none.LastTransitionTime = metav1.NewTime(since)
-	neigh := map[string]string{"10.123.0.200": "52:54:00:7c:00:02"} // the wire disagrees
+	host := hostSide{
+		neighbour: map[string]string{"10.123.0.200": "52:54:00:7c:00:02"}, // the wire disagrees
+		routedVia: map[string][]string{"10.123.0.200": {"lab-node-1", "lab-node-2"}},
+	}
 
 	st := &Status{At: since.Add(3 * time.Minute)}
 	for _, s := range []*v1.Service{
@@ -42,10 +46,11 @@ func TestServiceRowsReadTheAnnouncedCondition(t *testing.T) {
 		lbSvc("pending", nil),
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cluster-ip"}},
 	} {
-		st.Services = append(st.Services, serviceRows(s, neigh)...)
+		st.Services = append(st.Services, serviceRows(s, host)...)
 	}
 	want := []ServiceStatus{
-		{Service: "default/web", VIP: "10.123.0.200", Node: "lab-node-1", MAC: "52:54:00:7c:00:01", Since: &since, Placement: lb.ReasonAnnounced, HostNeighbour: "52:54:00:7c:00:02"},
+		{Service: "default/web", VIP: "10.123.0.200", Node: "lab-node-1", MAC: "52:54:00:7c:00:01", Since: &since, Placement: lb.ReasonAnnounced,
+			HostNeighbour: "52:54:00:7c:00:02", RoutedVia: []string{"lab-node-1", "lab-node-2"}},
 		{Service: "default/dark", VIP: "10.123.0.201", Since: &since, Placement: lb.ReasonNoEligibleNode},
 		{Service: "default/new", VIP: "10.123.0.202", Placement: "no " + lb.ConditionAnnounced + " condition yet"},
 		{Service: "default/pending", Placement: "no VIP yet"},
@@ -56,7 +61,7 @@ func TestServiceRowsReadTheAnnouncedCondition(t *testing.T) {
 	for i, got := range st.Services {
 		w := want[i]
 		if got.Service != w.Service || got.VIP != w.VIP || got.Node != w.Node || got.MAC != w.MAC || got.Placement != w.Placement ||
-			got.HostNeighbour != w.HostNeighbour || (got.Since == nil) != (w.Since == nil) || (got.Since != nil && !got.Since.Equal(*w.Since)) {
+			got.HostNeighbour != w.HostNeighbour || !slices.Equal(got.RoutedVia, w.RoutedVia) || (got.Since == nil) != (w.Since == nil) || (got.Since != nil && !got.Since.Equal(*w.Since)) {
 			t.Errorf("row %d = %+v, want %+v", i, got, w)
 		}
 	}
@@ -64,7 +69,7 @@ func TestServiceRowsReadTheAnnouncedCondition(t *testing.T) {
 	var out bytes.Buffer
 	st.WriteTable(&out)
 	for _, line := range []string{
-		"default/web  10.123.0.200  lab-node-1   52:54:00:7c:00:01  3m ago  Announced  52:54:00:7c:00:02",
+		"default/web  10.123.0.200  lab-node-1   52:54:00:7c:00:01  3m ago  Announced  52:54:00:7c:00:02  lab-node-1,lab-node-2",
 		"default/dark  10.123.0.201  -",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), strings.Join(strings.Fields(line), " ")) {
@@ -76,7 +81,7 @@ func TestServiceRowsReadTheAnnouncedCondition(t *testing.T) {
 // A condition whose message cannot be read says so instead of a node.
 func TestServiceRowsBadCondition(t *testing.T) {
 	c := metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionTrue, Reason: lb.ReasonAnnounced, Message: "garbage"}
-	rows := serviceRows(lbSvc("web", []string{"10.123.0.200"}, c), nil)
+	rows := serviceRows(lbSvc("web", []string{"10.123.0.200"}, c), hostSide{})
 	if len(rows) != 1 || rows[0].Node != "" || !strings.Contains(rows[0].Placement, "garbage") {
 		t.Errorf("rows %+v, want one without a node whose placement quotes the message", rows)
 	}

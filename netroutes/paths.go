@@ -95,6 +95,29 @@ func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
 	return int(m.writes.Load() - before), errors.Join(errs...)
 }
 
+// ListPaths returns the Manager's routes as ReconcilePaths writes them
+// (those in another shape are left out), sorted by destination.
+func (m *Manager) ListPaths() ([]Paths, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	link, err := m.bridge()
+	if err != nil {
+		return nil, err
+	}
+	owned, err := m.owned()
+	if err != nil {
+		return nil, err
+	}
+	var out []Paths
+	for _, k := range owned {
+		if p, ok := m.pathsFromKernel(k, link); ok {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b Paths) int { return a.Dst.Addr().Compare(b.Dst.Addr()) })
+	return out, nil
+}
+
 // pathsToKernel is <dst> via <gw> (one gateway) or <dst> nexthop via <gw1>
 // nexthop via <gw2> ... (several), on the bridge, with the Manager's
 // protocol, table and metric.
@@ -118,27 +141,33 @@ func (m *Manager) pathsToKernel(p Paths, link netlink.Link) *netlink.Route {
 
 // pathsMatch says whether kernel route k is p as pathsToKernel writes it.
 func (m *Manager) pathsMatch(k netlink.Route, link netlink.Link, p Paths) bool {
-	if k.Priority != m.cfg.Metric || k.Tos != 0 || k.Type != unix.RTN_UNICAST || k.Src != nil {
-		return false
+	got, ok := m.pathsFromKernel(k, link)
+	return ok && got.Dst == p.Dst && slices.Equal(got.Gateways, p.Gateways)
+}
+
+// pathsFromKernel reads an owned kernel route in the shape pathsToKernel
+// writes, gateways sorted; ok is false for any other shape.
+func (m *Manager) pathsFromKernel(k netlink.Route, link netlink.Link) (Paths, bool) {
+	dst, ok := prefixFromIPNet(k.Dst)
+	if !ok || k.Priority != m.cfg.Metric || k.Tos != 0 || k.Type != unix.RTN_UNICAST || k.Src != nil {
+		return Paths{}, false
 	}
-	var gws []netip.Addr
+	p := Paths{Dst: dst}
 	hop := func(index int, gw net.IP) bool {
 		a, ok := netip.AddrFromSlice(gw)
-		gws = append(gws, a.Unmap())
+		p.Gateways = append(p.Gateways, a.Unmap())
 		return ok && index == link.Attrs().Index
 	}
-	if len(k.MultiPath) == 0 {
-		if !hop(k.LinkIndex, k.Gw) {
-			return false
-		}
+	if len(k.MultiPath) == 0 && !hop(k.LinkIndex, k.Gw) {
+		return Paths{}, false
 	}
 	for _, nh := range k.MultiPath {
 		if nh.Flags != 0 && nh.Flags&unix.RTNH_F_LINKDOWN == 0 || !hop(nh.LinkIndex, nh.Gw) {
-			return false
+			return Paths{}, false
 		}
 	}
-	slices.SortFunc(gws, netip.Addr.Compare)
-	return slices.Equal(gws, p.Gateways)
+	slices.SortFunc(p.Gateways, netip.Addr.Compare)
+	return p, true
 }
 
 func checkPaths(p Paths) error {

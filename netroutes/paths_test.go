@@ -60,6 +60,9 @@ func TestReconcilePathsSpreadsAndNarrows(t *testing.T) {
 	if w := mustReconcilePaths(t, m, paths(vip, "192.168.100.12", "192.168.100.11", "192.168.100.13")); w != 0 {
 		t.Errorf("same set in another order: %d writes, want 0", w)
 	}
+	if got, err := m.ListPaths(); err != nil || len(got) != 1 || got[0].String() != "192.168.100.200/32 via [192.168.100.11 192.168.100.12 192.168.100.13]" {
+		t.Errorf("ListPaths = %v, %v", got, err)
+	}
 
 	// A node leaves: one replace, never a moment without the route.
 	if w := mustReconcilePaths(t, m, paths(vip, "192.168.100.11", "192.168.100.13")); w != 1 {
