@@ -52,10 +52,12 @@ tools:
 # Everything: unit, privileged (netns, raw sockets) and end-to-end tests.
 # Run as root; the privileged tests and the e2e suite do not skip as root.
 # It installs the host packages it needs first (a no-op when present).
-# It includes the chaos soak of CHAOS_DURATION (5 minutes, seed 42, as CI runs it).
+# It includes the chaos soak of CHAOS_DURATION (5 minutes, seed 42, as CI runs it)
+# and Kubernetes' LoadBalancer e2e tests on a fresh lab, less the two rolling-update
+# tests (TestConformance; make conformance runs them all).
 test: deps tools
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
-		$(GOTEST) -timeout 60m ./...
+		$(GOTEST) -timeout 80m ./...
 
 unit:
 	$(GOTEST) ./provider/... ./libvirtcloud/... ./netroutes/... ./lb/...

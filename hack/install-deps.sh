@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential pkg-config libvirt-dev
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-config-network libvirt-clients
-  qemu-system-x86 dnsmasq-base iptables iproute2 kmod
+  qemu-system-x86 dnsmasq-base iptables iproute2 kmod tini
   busybox-static linux-image-cloud-amd64 runc e2fsprogs
   curl wget netcat-openbsd ca-certificates bc procps
 )

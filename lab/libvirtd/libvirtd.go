@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,9 +30,15 @@ const Socket = "/run/libvirt/libvirt-sock"
 type Daemon struct {
 	logDir   string
 	detached bool
-	libvirtd *controlplane.Process
+	libvirtd *controlplane.Process // under tini when detached
 	virtlogd *controlplane.Process
+	// libvirtdPid is libvirtd's own pid when it runs under tini (from its
+	// pid file); 0 when d.libvirtd is libvirtd itself.
+	libvirtdPid int
 }
+
+// pidFile is where libvirtd, run as root, writes its pid.
+const pidFile = "/run/libvirtd.pid"
 
 // ErrAlreadyRunning means another libvirtd owns the host's sockets.
 var ErrAlreadyRunning = errors.New("a libvirtd is already running on this host")
@@ -120,10 +127,34 @@ func start(ctx context.Context, logDir string, detached bool) (*Daemon, error) {
 
 func (d *Daemon) run(ctx context.Context, name string) (*controlplane.Process, error) {
 	log := filepath.Join(d.logDir, name+".log")
-	if d.detached {
-		return controlplane.StartDaemon(log, name)
+	if !d.detached {
+		return controlplane.StartProcess(ctx, log, name)
 	}
-	return controlplane.StartProcess(ctx, log, name)
+	if name == "libvirtd" {
+		// libvirt daemonizes QEMU, so a guest's QEMU is an orphan, and
+		// libvirt reports the guest stopped only once that process is
+		// reaped. Orphans go to the nearest subreaper ancestor: tini -s,
+		// which reaps at once, rather than the host's init (which, in a
+		// container host, may reap seconds late).
+		d.libvirtdPid = 0
+		return controlplane.StartDaemon(log, "tini", "-s", "--", name)
+	}
+	return controlplane.StartDaemon(log, name)
+}
+
+// readPid records libvirtd's own pid when it runs under tini.
+func (d *Daemon) readPid() error {
+	if !d.detached {
+		return nil
+	}
+	b, err := os.ReadFile(pidFile)
+	if err == nil {
+		d.libvirtdPid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if err != nil {
+		return fmt.Errorf("libvirtd's pid from %s: %w", pidFile, err)
+	}
+	return nil
 }
 
 // HoldLock starts a process that holds LockPath for as long as it lives:
@@ -147,7 +178,7 @@ func holdLock(path, logDir string) (*controlplane.Process, error) {
 }
 
 // Pids are the daemons' process ids (libvirtd, virtlogd).
-func (d *Daemon) Pids() (libvirtd, virtlogd int) { return d.libvirtd.Pid(), d.virtlogd.Pid() }
+func (d *Daemon) Pids() (libvirtd, virtlogd int) { return d.LibvirtdPid(), d.virtlogd.Pid() }
 
 func (d *Daemon) start(ctx context.Context) error {
 	for _, bin := range []string{"virtlogd", "libvirtd"} {
@@ -171,6 +202,10 @@ func (d *Daemon) start(ctx context.Context) error {
 		tail := d.libvirtd.Tail(10)
 		d.Stop()
 		return fmt.Errorf("libvirtd did not start; last log lines:\n%s", tail)
+	}
+	if err := d.readPid(); err != nil {
+		d.Stop()
+		return err
 	}
 	return nil
 }
@@ -199,6 +234,9 @@ func (d *Daemon) LibvirtdPid() int {
 	if d.libvirtd == nil {
 		return 0
 	}
+	if d.libvirtdPid != 0 {
+		return d.libvirtdPid
+	}
 	return d.libvirtd.Pid()
 }
 
@@ -220,7 +258,7 @@ func (d *Daemon) StartLibvirtd(ctx context.Context) error {
 	if err := d.waitRunning(ctx); err != nil {
 		return fmt.Errorf("libvirtd did not restart; last log lines:\n%s", d.libvirtd.Tail(10))
 	}
-	return nil
+	return d.readPid()
 }
 
 // Stop stops libvirtd and virtlogd. Guests keep running: destroy them first.

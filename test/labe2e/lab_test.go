@@ -257,6 +257,27 @@ func TestLab(t *testing.T) {
 			}
 		}
 	}
+	// Each guest's QEMU, daemonized by libvirtd, is adopted by the tini
+	// that runs libvirtd (a subreaper), which reaps it the moment it dies:
+	// libvirt reports a guest stopped only once its QEMU is reaped.
+	for name := range internalIP {
+		pids, err := exec.Command("pgrep", "-f", "guest="+name+",").Output()
+		if err != nil {
+			t.Fatalf("no QEMU process for %s: %v", name, err)
+		}
+		for _, pid := range strings.Fields(string(pids)) {
+			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
+			fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+			if len(fields) < 2 {
+				t.Errorf("QEMU of %s (pid %s): no /proc stat %q", name, pid, stat)
+				continue
+			}
+			if comm, _ := os.ReadFile("/proc/" + fields[1] + "/comm"); strings.TrimSpace(string(comm)) != "tini" {
+				t.Errorf("QEMU of %s (pid %s) has parent %s (%q), want libvirtd's tini", name, pid, fields[1], comm)
+			}
+		}
+	}
+
 	// From the host's own namespace, with the kubeconfig labcloud prints:
 	// the API server answers through the forwarder on the host's loopback.
 	kc := filepath.Join(t.TempDir(), "host.kubeconfig")
@@ -303,6 +324,17 @@ func TestLab(t *testing.T) {
 		}
 	}
 	t.Logf("VIP %s announced via %s, answered by pods %v", vip, announcer, answered)
+	// The host's route to the VIP spreads over both nodes (status reads it).
+	eventually(t, "status shows the spread route to "+vip, time.Minute, time.Second, func() string {
+		for _, s := range l.status().Services {
+			if s.Service == "default/web" && len(s.RoutedVia) == 2 {
+				return ""
+			} else if s.Service == "default/web" {
+				return fmt.Sprintf("routed via %v", s.RoutedVia)
+			}
+		}
+		return "no default/web row"
+	})
 	if len(answered) < 2 {
 		t.Errorf("20 requests to %s reached only %v; kube-proxy should spread them over 3 pods", vip, answered)
 	}
@@ -369,6 +401,10 @@ func TestLab(t *testing.T) {
 		})
 	}
 
+	// labcloud bench, one run of each kind: every figure is seen, the
+	// CCM's own (libvirt event -> gratuitous ARP) on the wire.
+	checkBench(t, l)
+
 	// Crash failover: the announcing node's QEMU is killed; pods on the
 	// other node answer the VIP, and the Node gets the shutdown taint.
 	_, announcer = l.announcer("default/web")
@@ -410,5 +446,50 @@ func TestLab(t *testing.T) {
 	l.downTwiceLeavesNothing(st.Pids)
 	if out, err := exec.Command("pgrep", "-f", "guest="+lab.NodePrefix).Output(); err == nil {
 		t.Errorf("QEMU processes of lab guests left behind: %s", out)
+	}
+}
+
+// checkBench runs `labcloud bench --runs 1` on the lab and checks that
+// each failover run saw every figure in order: the libvirt event, the
+// gratuitous ARP on the bridge (after the event), the host's neighbour
+// entry, the client's answer and the node eligible again.
+func checkBench(t *testing.T, l *labcloud) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "bench.json")
+	log := l.must(20*time.Minute, "bench", "--runs", "1", "--output", out)
+	t.Logf("labcloud bench --runs 1:\n%s", log)
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res lab.BenchResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatalf("bench JSON: %v\n%s", err, data)
+	}
+	kinds := map[string]bool{}
+	for _, r := range res.Failovers {
+		kinds[r.Kind] = true
+		figures := map[string]*float64{"libvirt event": r.LibvirtEventSeconds, "gratuitous ARP": r.GARPSeconds,
+			"ARP after event": r.GARPAfterEventSeconds, "neighbour": r.NeighbourSeconds, "client": r.Seconds, "eligible again": r.EligibleAgainSeconds}
+		for name, v := range figures {
+			if v == nil || *v < 0 {
+				t.Errorf("%s run: %s figure %v, want a measurement (errors: %v)", r.Kind, name, v, r.Errors)
+			}
+		}
+		if len(r.Errors) > 0 {
+			t.Errorf("%s run: errors %v", r.Kind, r.Errors)
+		}
+		if r.GARPSeconds != nil && r.LibvirtEventSeconds != nil && *r.GARPSeconds < *r.LibvirtEventSeconds {
+			t.Errorf("%s run: gratuitous ARP at %.3fs, before the libvirt event at %.3fs", r.Kind, *r.GARPSeconds, *r.LibvirtEventSeconds)
+		}
+		if r.ToNode == "" || r.ToNode == r.From {
+			t.Errorf("%s run: VIP moved from %s to %q", r.Kind, r.From, r.ToNode)
+		}
+	}
+	if !kinds[lab.FailoverCrash] || !kinds[lab.FailoverStop] {
+		t.Errorf("bench ran failovers %v, want a crash and a stop", kinds)
+	}
+	if len(res.ServiceToAnswer) != 2 || res.LabRSSMiB <= 0 {
+		t.Errorf("bench: %d Service runs, lab RSS %.0f MiB", len(res.ServiceToAnswer), res.LabRSSMiB)
 	}
 }
