@@ -34,7 +34,7 @@ func labCloudConfig() provider.Config {
 	cfg.Hypervisors = []provider.HypervisorConfig{{URI: labURI, Zone: "lab-host"}}
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
-	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: []lb.PoolConfig{{Name: "lab", Addresses: []string{VIPPool}}}}
+	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: []lb.PoolConfig{{Name: "lab", Addresses: []string{VIPPool}}}, RoutedTraffic: provider.RoutedSpread}
 	return cfg
 }
 
