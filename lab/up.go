@@ -100,6 +100,10 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 				return err
 			}
 			u.st.Pids["libvirtd"], u.st.Pids["virtlogd"] = d.Pids()
+			// Domains persist in libvirt's configuration: a lab that was
+			// killed left its guests defined, and defining them again by
+			// name would fail. The host lock says they are no lab's now.
+			removeGuests(opts.Out)
 			return nil
 		}},
 		{"libvirt network " + NetworkName, func() error { return defineNetwork() }},

@@ -157,6 +157,10 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 	if env.virt, err = libvirt.NewConnect("qemu:///system"); err != nil {
 		return 0, fmt.Errorf("connect to libvirtd: %w", err)
 	}
+	// Domains persist in libvirt's configuration: a run that was killed
+	// left its own behind, and a test defining one by the same name would
+	// fail. The host lock says nobody else uses them.
+	destroyAllDomains(env.virt)
 	defer func() {
 		destroyAllDomains(env.virt)
 		env.virt.Close()
