@@ -450,9 +450,11 @@ func TestLab(t *testing.T) {
 }
 
 // checkBench runs `labcloud bench --runs 1` on the lab and checks that
-// each failover run saw every figure in order: the libvirt event, the
-// gratuitous ARP on the bridge (after the event), the host's neighbour
-// entry, the client's answer and the node eligible again.
+// each failover run saw every figure after its trigger: the libvirt event,
+// the gratuitous ARP on the bridge, the host's neighbour entry, the
+// client's answer and the node eligible again, and that the gratuitous
+// ARP and the event are close. (The ARP may precede the bench's event by
+// milliseconds: the CCM's libvirt connection can hear of it first.)
 func checkBench(t *testing.T, l *labcloud) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "bench.json")
@@ -470,17 +472,17 @@ func checkBench(t *testing.T, l *labcloud) {
 	for _, r := range res.Failovers {
 		kinds[r.Kind] = true
 		figures := map[string]*float64{"libvirt event": r.LibvirtEventSeconds, "gratuitous ARP": r.GARPSeconds,
-			"ARP after event": r.GARPAfterEventSeconds, "neighbour": r.NeighbourSeconds, "client": r.Seconds, "eligible again": r.EligibleAgainSeconds}
+			"neighbour": r.NeighbourSeconds, "client": r.Seconds, "eligible again": r.EligibleAgainSeconds}
 		for name, v := range figures {
 			if v == nil || *v < 0 {
-				t.Errorf("%s run: %s figure %v, want a measurement (errors: %v)", r.Kind, name, v, r.Errors)
+				t.Errorf("%s run: %s figure %s, want one after the trigger (errors: %v)", r.Kind, name, show(v), r.Errors)
 			}
 		}
 		if len(r.Errors) > 0 {
 			t.Errorf("%s run: errors %v", r.Kind, r.Errors)
 		}
-		if r.GARPSeconds != nil && r.LibvirtEventSeconds != nil && *r.GARPSeconds < *r.LibvirtEventSeconds {
-			t.Errorf("%s run: gratuitous ARP at %.3fs, before the libvirt event at %.3fs", r.Kind, *r.GARPSeconds, *r.LibvirtEventSeconds)
+		if d := r.GARPAfterEventSeconds; d == nil || *d < -0.1 || *d > 1 {
+			t.Errorf("%s run: gratuitous ARP %s after the libvirt event, want within [-0.1, 1]", r.Kind, show(d))
 		}
 		if r.ToNode == "" || r.ToNode == r.From {
 			t.Errorf("%s run: VIP moved from %s to %q", r.Kind, r.From, r.ToNode)
@@ -492,4 +494,11 @@ func checkBench(t *testing.T, l *labcloud) {
 	if len(res.ServiceToAnswer) != 2 || res.LabRSSMiB <= 0 {
 		t.Errorf("bench: %d Service runs, lab RSS %.0f MiB", len(res.ServiceToAnswer), res.LabRSSMiB)
 	}
+}
+
+func show(v *float64) string {
+	if v == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%.3fs", *v)
 }
