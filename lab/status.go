@@ -232,16 +232,11 @@ func domainInfo(uri string) map[string]domInfo {
 
 // ownedRoutes are the CCM's routes on the bridge: pod CIDR → gateway.
 func ownedRoutes() (map[string]string, error) {
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge})
-	if err != nil {
-		return nil, err
-	}
-	routes, err := m.List()
+	var routes []netroutes.Route
+	err := withBridgeRoutes(netroutes.DefaultProtocol, func(m *netroutes.Manager) (err error) {
+		routes, err = m.List()
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -264,17 +259,11 @@ func vipRoutes(nodes []v1.Node) map[string][]string {
 			}
 		}
 	}
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return out
-	}
-	defer h.Close()
-	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge, Protocol: netroutes.VIPProtocol})
-	if err != nil {
-		return out
-	}
-	paths, err := m.ListPaths()
-	if err != nil {
+	var paths []netroutes.Paths
+	if err := withBridgeRoutes(netroutes.VIPProtocol, func(m *netroutes.Manager) (err error) {
+		paths, err = m.ListPaths()
+		return err
+	}); err != nil {
 		return out
 	}
 	for _, p := range paths {
@@ -313,4 +302,19 @@ func vipNeighbours() map[string]string {
 		}
 	}
 	return out
+}
+
+// withBridgeRoutes runs f with a Manager of the bridge's routes of one
+// protocol, on a netlink handle of its own.
+func withBridgeRoutes(protocol netlink.RouteProtocol, f func(*netroutes.Manager) error) error {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge, Protocol: protocol})
+	if err != nil {
+		return err
+	}
+	return f(m)
 }

@@ -124,6 +124,11 @@ func (m *Manager) Subnets() ([]netip.Prefix, error) {
 // Owned routes in another shape (an old bridge or metric) are not listed
 // either; Ensure and Reconcile replace or remove them.
 func (m *Manager) List() ([]Route, error) {
+	return listOwned(m, m.fromKernel, compareRoutes)
+}
+
+// listOwned converts every owned route that read accepts, sorted by cmp.
+func listOwned[T any](m *Manager, read func(netlink.Route, netlink.Link) (T, bool), cmp func(a, b T) int) ([]T, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	link, err := m.bridge()
@@ -134,13 +139,13 @@ func (m *Manager) List() ([]Route, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Route
+	var out []T
 	for _, k := range owned {
-		if r, ok := m.fromKernel(k, link); ok {
-			out = append(out, r)
+		if v, ok := read(k, link); ok {
+			out = append(out, v)
 		}
 	}
-	slices.SortFunc(out, compareRoutes)
+	slices.SortFunc(out, cmp)
 	return out, nil
 }
 

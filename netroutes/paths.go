@@ -98,24 +98,7 @@ func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
 // ListPaths returns the Manager's routes as ReconcilePaths writes them
 // (those in another shape are left out), sorted by destination.
 func (m *Manager) ListPaths() ([]Paths, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	link, err := m.bridge()
-	if err != nil {
-		return nil, err
-	}
-	owned, err := m.owned()
-	if err != nil {
-		return nil, err
-	}
-	var out []Paths
-	for _, k := range owned {
-		if p, ok := m.pathsFromKernel(k, link); ok {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b Paths) int { return a.Dst.Addr().Compare(b.Dst.Addr()) })
-	return out, nil
+	return listOwned(m, m.pathsFromKernel, func(a, b Paths) int { return a.Dst.Addr().Compare(b.Dst.Addr()) })
 }
 
 // pathsToKernel is <dst> via <gw> (one gateway) or <dst> nexthop via <gw1>
