@@ -1,6 +1,9 @@
 package lb
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // Announcer is the node that answers for vip among eligible: the one with
 // the highest hash of (vip, node), i.e. rendezvous hashing. It depends on
@@ -11,15 +14,47 @@ import "net/netip"
 // hashes (never seen in practice) go to the smaller name. It returns ""
 // when no node is eligible; duplicates and order do not matter.
 func Announcer(vip netip.Addr, eligible []string) string {
-	best, bestHash := "", uint64(0)
+	if best := Ranked(vip, eligible, 1); len(best) > 0 {
+		return best[0]
+	}
+	return ""
+}
+
+// Ranked is the k nodes of eligible that rank highest for vip, best first:
+// Announcer's order, so Ranked(vip, eligible, 1) is the Announcer and a
+// node joining or leaving changes only the lists it enters or leaves.
+// Duplicates and order in eligible do not matter.
+func Ranked(vip netip.Addr, eligible []string, k int) []string {
+	type ranked struct {
+		node  string
+		score uint64
+	}
+	// before says whether a ranks before b.
+	before := func(a, b ranked) bool { return a.score > b.score || a.score == b.score && a.node < b.node }
+	best := make([]ranked, 0, k)
 	vh := vipHash(vip)
 	for _, n := range eligible {
-		h := score(vh, n)
-		if best == "" || h > bestHash || h == bestHash && n < best {
-			best, bestHash = n, h
+		r := ranked{n, score(vh, n)}
+		if len(best) == k && !before(r, best[k-1]) {
+			continue
 		}
+		i := len(best)
+		for i > 0 && before(r, best[i-1]) {
+			i--
+		}
+		if i > 0 && best[i-1] == r {
+			continue // a duplicate
+		}
+		if len(best) == k {
+			best = best[:k-1]
+		}
+		best = slices.Insert(best, i, r)
 	}
-	return best
+	out := make([]string, len(best))
+	for i, r := range best {
+		out[i] = r.node
+	}
+	return out
 }
 
 // Place decides the answering node of every VIP at once: the VIP's

@@ -1,7 +1,9 @@
 package lb
 
 import (
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -114,5 +116,34 @@ func TestPlace(t *testing.T) {
 	want := map[netip.Addr]string{a: Announcer(a, []string{"n1", "n2"}), b: "n3"}
 	if len(got) != len(want) || got[a] != want[a] || got[b] != want[b] {
 		t.Errorf("Place = %v, want %v", got, want)
+	}
+}
+
+// TestRanked: the k best nodes in Announcer's order, whatever the order of
+// eligible and its duplicates; fewer when fewer are eligible.
+func TestRanked(t *testing.T) {
+	vip := netip.MustParseAddr("10.0.0.200")
+	var nodes []string
+	for i := range 50 {
+		nodes = append(nodes, fmt.Sprintf("node-%02d", i))
+	}
+	all := slices.Clone(nodes)
+	slices.SortFunc(all, func(a, b string) int { return cmp.Compare(hashOf(vip, b), hashOf(vip, a)) })
+
+	shuffled := append(slices.Clone(nodes), nodes[:10]...) // with duplicates
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	for _, k := range []int{1, 5, 16, 50} {
+		if got := Ranked(vip, shuffled, k); !slices.Equal(got, all[:k]) {
+			t.Errorf("Ranked(k=%d) = %v, want %v", k, got, all[:k])
+		}
+	}
+	if got := Ranked(vip, nodes[:3], 16); len(got) != 3 {
+		t.Errorf("Ranked of 3 nodes, k=16: %v", got)
+	}
+	if got := Ranked(vip, nil, 16); len(got) != 0 {
+		t.Errorf("Ranked of none: %v", got)
+	}
+	if got, want := Ranked(vip, shuffled, 1)[0], Announcer(vip, nodes); got != want {
+		t.Errorf("Ranked first %s, Announcer %s", got, want)
 	}
 }

@@ -8,13 +8,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
 
 // Spread routes: traffic the host routes to a VIP (from other networks,
-// from the host itself) goes over a /32 route whose next hops are every node
-// that may answer the VIP, as a cloud load balancer spreads over its
-// backends; the kernel's multipath hash picks one per connection. ARP keeps
+// from the host itself) goes over a /32 route whose next hops are nodes
+// that may answer the VIP (up to maxSpreadPaths of them), as a cloud load
+// balancer spreads over its backends; the kernel's multipath hash picks one per connection. ARP keeps
 // serving the clients on the bridge itself through the answering node.
 
 // pathSetter programs the host's routes to VIPs. A netroutes.Manager of
@@ -26,14 +27,21 @@ type pathSetter interface {
 
 var _ pathSetter = (*netroutes.Manager)(nil)
 
+// maxSpreadPaths caps the next hops of a route to a VIP. A few nodes
+// already spread connections; a next hop per node made a large cluster's
+// routes kilobytes each (too long for `ip route` to list) and every
+// placement pass dump and parse all of them.
+const maxSpreadPaths = 16
+
 // vipPaths decides the host's route to each answered VIP (answering: VIP →
-// answering node). The next hops are the VIP's eligible nodes, or the
+// answering node). The next hops are the answering node and the others of
+// the maxSpreadPaths eligible nodes that rank highest for the VIP, or the
 // answering node alone when a Service on the VIP wants ClientIP affinity
 // (kube-proxy keeps affinity per node, so only one node may see a client)
 // or when the answering node is not among the eligible (a VIP kept through
-// a control-plane outage). addr gives a node's address on the bridge for
-// the VIP's family; a node without one is left out, and a VIP whose
-// answering node has none gets no route (the host reaches it by ARP).
+// a control-plane outage). addr gives a node's address on the bridge for the
+// VIP's family; a node without one is left out, and a VIP whose answering
+// node has none gets no route (the host reaches it by ARP).
 func vipPaths(answering map[netip.Addr]string, eligible map[netip.Addr][]string, affinity map[netip.Addr]bool, addr func(node string, vip netip.Addr) (netip.Addr, bool)) []netroutes.Paths {
 	var out []netroutes.Paths
 	for vip, node := range answering {
@@ -43,8 +51,11 @@ func vipPaths(answering map[netip.Addr]string, eligible map[netip.Addr][]string,
 		}
 		p := netroutes.Paths{Dst: netip.PrefixFrom(vip, vip.BitLen()), Gateways: []netip.Addr{gw}}
 		if nodes := eligible[vip]; !affinity[vip] && slices.Contains(nodes, node) {
-			for _, n := range nodes {
-				if a, ok := addr(n, vip); ok && n != node {
+			// Announcer's ranking (rendezvous hashing), which normally puts
+			// the answering node first: a node joining or leaving changes
+			// only the routes it enters or leaves.
+			for _, n := range lb.Ranked(vip, nodes, maxSpreadPaths) {
+				if a, ok := addr(n, vip); ok && n != node && len(p.Gateways) < maxSpreadPaths {
 					p.Gateways = append(p.Gateways, a)
 				}
 			}

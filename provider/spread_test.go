@@ -58,6 +58,82 @@ func TestVIPPaths(t *testing.T) {
 	}
 }
 
+// TestVIPPathsCapped: a VIP eligible on 1000 nodes gets maxSpreadPaths
+// next hops (the answering node's first), not 1000: a route with a next hop
+// per node made every placement pass dump and parse megabytes of routes,
+// and was too large for `ip route` to list. The choice is stable (rendezvous
+// hashing): a node leaving changes only the routes that named it, by one
+// next hop, and different VIPs spread over different nodes.
+func TestVIPPathsCapped(t *testing.T) {
+	const n = 1000
+	nodes := make([]string, n)
+	addrs := map[string]netip.Addr{}
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("node-%04d", i)
+		addrs[nodes[i]] = netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+	}
+	addr := func(node string, _ netip.Addr) (netip.Addr, bool) { a, ok := addrs[node]; return a, ok }
+	vips := make([]netip.Addr, 100)
+	answering := map[netip.Addr]string{}
+	eligible := map[netip.Addr][]string{}
+	for i := range vips {
+		vips[i] = netip.AddrFrom4([4]byte{10, 2, 0, byte(i)})
+		answering[vips[i]] = nodes[i*7]
+		eligible[vips[i]] = nodes
+	}
+	routes := func(eligible map[netip.Addr][]string) map[netip.Addr][]netip.Addr {
+		out := map[netip.Addr][]netip.Addr{}
+		for _, p := range vipPaths(answering, eligible, nil, addr) {
+			out[p.Dst.Addr()] = p.Gateways
+		}
+		return out
+	}
+	before := routes(eligible)
+	used := map[netip.Addr]bool{}
+	for _, vip := range vips {
+		gws := before[vip]
+		if len(gws) != maxSpreadPaths || gws[0] != addrs[answering[vip]] {
+			t.Fatalf("%s: %d next hops %v, want %d starting with the answering node's %s", vip, len(gws), gws, maxSpreadPaths, addrs[answering[vip]])
+		}
+		for _, g := range gws {
+			used[g] = true
+		}
+	}
+	if len(used) < 500 {
+		t.Errorf("100 VIPs spread over only %d of %d nodes", len(used), n)
+	}
+
+	// The first VIP's last next hop leaves (its Node goes NotReady).
+	gone := before[vips[0]][maxSpreadPaths-1]
+	var goneNode string
+	for name, a := range addrs {
+		if a == gone {
+			goneNode = name
+		}
+	}
+	left := slices.DeleteFunc(slices.Clone(nodes), func(s string) bool { return s == goneNode })
+	for _, vip := range vips {
+		eligible[vip] = left
+	}
+	after := routes(eligible)
+	for _, vip := range vips {
+		removed := 0
+		for _, g := range before[vip] {
+			if !slices.Contains(after[vip], g) {
+				removed++
+			}
+		}
+		switch {
+		case len(after[vip]) != maxSpreadPaths:
+			t.Errorf("%s: %d next hops after a node left", vip, len(after[vip]))
+		case slices.Contains(before[vip], gone) && removed != 1:
+			t.Errorf("%s named the node that left; %d of its next hops changed, want 1", vip, removed)
+		case !slices.Contains(before[vip], gone) && removed != 0:
+			t.Errorf("%s did not name the node that left, yet %d of its next hops changed", vip, removed)
+		}
+	}
+}
+
 func TestBridgeAddress(t *testing.T) {
 	subnets := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}
 	n := &v1.Node{Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
@@ -77,5 +153,28 @@ func TestBridgeAddress(t *testing.T) {
 	}
 	if _, ok := bridgeAddress(nil, subnets, true); ok {
 		t.Error("found an address of a Node not listed")
+	}
+}
+
+// BenchmarkVIPPaths: one placement pass's routes for 1000 VIPs, each
+// eligible on the same 1000 nodes.
+func BenchmarkVIPPaths(b *testing.B) {
+	const n = 1000
+	nodes := make([]string, n)
+	addrs := map[string]netip.Addr{}
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("node-%04d", i)
+		addrs[nodes[i]] = netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+	}
+	addr := func(node string, _ netip.Addr) (netip.Addr, bool) { a, ok := addrs[node]; return a, ok }
+	answering := map[netip.Addr]string{}
+	eligible := map[netip.Addr][]string{}
+	for i := range n {
+		vip := netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)})
+		answering[vip] = nodes[(i*7)%n]
+		eligible[vip] = nodes
+	}
+	for b.Loop() {
+		vipPaths(answering, eligible, nil, addr)
 	}
 }
