@@ -113,7 +113,7 @@ func newFleet(b testing.TB, prefix string, n int) *fleet {
 // the e2e bridge.
 func (f *fleet) cloudConfig() string {
 	return fmt.Sprintf(`region: bench
-hypervisors: [{uri: 'test://%s', zone: bench}]
+hypervisors: [{uri: 'test+unix://%s', zone: bench}]
 addressSources: [dhcp-leases, arp]
 resyncPeriod: %s
 routes:
