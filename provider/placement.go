@@ -523,14 +523,14 @@ func (p *placement) snapshot(ctx context.Context) snapshot {
 	return snap
 }
 
+// nodeWithMAC is the node among facts whose domain has mac on the bridge.
 func (s snapshot) nodeWithMAC(mac net.HardwareAddr) string {
 	if mac == nil {
 		return ""
 	}
-	for name, f := range s.facts {
-		if bytes.Equal(f.mac, mac) {
-			return name
-		}
+	h, ok := s.byMAC[mac.String()]
+	if f, in := s.facts[h.node]; ok && in && bytes.Equal(f.mac, mac) {
+		return h.node
 	}
 	return ""
 }
