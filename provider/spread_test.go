@@ -66,12 +66,7 @@ func TestVIPPaths(t *testing.T) {
 // next hop, and different VIPs spread over different nodes.
 func TestVIPPathsCapped(t *testing.T) {
 	const n = 1000
-	nodes := make([]string, n)
-	addrs := map[string]netip.Addr{}
-	for i := range nodes {
-		nodes[i] = fmt.Sprintf("node-%04d", i)
-		addrs[nodes[i]] = netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
-	}
+	nodes, addrs := manyNodes(n)
 	addr := func(node string, _ netip.Addr) (netip.Addr, bool) { a, ok := addrs[node]; return a, ok }
 	vips := make([]netip.Addr, 100)
 	answering := map[netip.Addr]string{}
@@ -156,16 +151,22 @@ func TestBridgeAddress(t *testing.T) {
 	}
 }
 
-// BenchmarkVIPPaths: one placement pass's routes for 1000 VIPs, each
-// eligible on the same 1000 nodes.
-func BenchmarkVIPPaths(b *testing.B) {
-	const n = 1000
+// manyNodes names n nodes and gives each an address on the bridge.
+func manyNodes(n int) ([]string, map[string]netip.Addr) {
 	nodes := make([]string, n)
 	addrs := map[string]netip.Addr{}
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("node-%04d", i)
 		addrs[nodes[i]] = netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
 	}
+	return nodes, addrs
+}
+
+// BenchmarkVIPPaths: one placement pass's routes for 1000 VIPs, each
+// eligible on the same 1000 nodes.
+func BenchmarkVIPPaths(b *testing.B) {
+	const n = 1000
+	nodes, addrs := manyNodes(n)
 	addr := func(node string, _ netip.Addr) (netip.Addr, bool) { a, ok := addrs[node]; return a, ok }
 	answering := map[netip.Addr]string{}
 	eligible := map[netip.Addr][]string{}
