@@ -78,7 +78,7 @@ func BenchmarkPlace1000x100(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if got := Place(in); len(got) != 1000 {
+		if got := Place(in, 1); len(got) != 1000 {
 			b.Fatalf("%d VIPs placed", len(got))
 		}
 	}

@@ -57,14 +57,15 @@ func Ranked(vip netip.Addr, eligible []string, k int) []string {
 	return out
 }
 
-// Place decides the answering node of every VIP at once: the VIP's
-// Announcer among its own eligible nodes (externalTrafficPolicy Local
-// narrows them per VIP). VIPs with no eligible node are left out.
-func Place(eligible map[netip.Addr][]string) map[netip.Addr]string {
-	out := make(map[netip.Addr]string, len(eligible))
+// Place ranks every VIP's own eligible nodes at once (externalTrafficPolicy
+// Local narrows them per VIP), keeping the k best: the first is the VIP's
+// Announcer, the node that answers it. VIPs with no eligible node are left
+// out.
+func Place(eligible map[netip.Addr][]string, k int) map[netip.Addr][]string {
+	out := make(map[netip.Addr][]string, len(eligible))
 	for vip, nodes := range eligible {
-		if n := Announcer(vip, nodes); n != "" {
-			out[vip] = n
+		if r := Ranked(vip, nodes, k); len(r) > 0 {
+			out[vip] = r
 		}
 	}
 	return out

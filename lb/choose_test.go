@@ -112,10 +112,13 @@ func TestAnnouncerMovesOnlyTheLostNodesVIPs(t *testing.T) {
 
 func TestPlace(t *testing.T) {
 	a, b, c := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::1")
-	got := Place(map[netip.Addr][]string{a: {"n1", "n2"}, b: {"n3"}, c: nil})
-	want := map[netip.Addr]string{a: Announcer(a, []string{"n1", "n2"}), b: "n3"}
-	if len(got) != len(want) || got[a] != want[a] || got[b] != want[b] {
+	got := Place(map[netip.Addr][]string{a: {"n1", "n2", "n4"}, b: {"n3"}, c: nil}, 2)
+	want := map[netip.Addr][]string{a: Ranked(a, []string{"n1", "n2", "n4"}, 2), b: {"n3"}}
+	if len(got) != len(want) || !slices.Equal(got[a], want[a]) || !slices.Equal(got[b], want[b]) {
 		t.Errorf("Place = %v, want %v", got, want)
+	}
+	if got[a][0] != Announcer(a, []string{"n1", "n2", "n4"}) {
+		t.Errorf("Place's first for %s is %s, not the Announcer", a, got[a][0])
 	}
 }
 

@@ -326,7 +326,9 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		holders[v.IP] = v.Holders
 		want[v.IP] = p.narrow(base, v.Holders, given)
 	}
-	decided := lb.Place(want)
+	// One ranking per VIP: its first node answers, and the spread route
+	// goes via the first maxSpreadPaths.
+	ranked := lb.Place(want, maxSpreadPaths)
 	current := p.ann.Answering()
 
 	for ip := range current {
@@ -340,7 +342,10 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 	for ip, hs := range holders {
 		now := current[ip]
 		from := snap.nodeWithMAC(now)
-		to := decided[ip]
+		var to string
+		if r := ranked[ip]; len(r) > 0 {
+			to = r[0]
+		}
 		// While a hypervisor cannot be asked, a VIP answered by a node
 		// whose state is not known now stays where it is.
 		if now != nil && snap.unavailable && (from == "" || !snap.facts[from].fresh) {
@@ -391,7 +396,7 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac, "reason", reason)
 		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
 	}
-	p.applySpread(ctx, snap, want, holders, given)
+	p.applySpread(ctx, snap, ranked, holders, given)
 	p.conds.update(p.answers(snap, holders))
 }
 

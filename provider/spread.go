@@ -8,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
 
@@ -27,22 +26,24 @@ type pathSetter interface {
 
 var _ pathSetter = (*netroutes.Manager)(nil)
 
-// maxSpreadPaths caps the next hops of a route to a VIP. A few nodes
-// already spread connections; a next hop per node made a large cluster's
-// routes kilobytes each (too long for `ip route` to list) and every
-// placement pass dump and parse all of them.
+// maxSpreadPaths caps the next hops of a route to a VIP: how many of its
+// ranked nodes a pass keeps. A few nodes already spread connections; a next
+// hop per node made a large cluster's routes kilobytes each (too long for
+// `ip route` to list) and every placement pass dump and parse all of them.
 const maxSpreadPaths = 16
 
 // vipPaths decides the host's route to each answered VIP (answering: VIP →
-// answering node). The next hops are the answering node and the others of
-// the maxSpreadPaths eligible nodes that rank highest for the VIP, or the
-// answering node alone when a Service on the VIP wants ClientIP affinity
-// (kube-proxy keeps affinity per node, so only one node may see a client)
-// or when the answering node is not among the eligible (a VIP kept through
-// a control-plane outage). addr gives a node's address on the bridge for the
-// VIP's family; a node without one is left out, and a VIP whose answering
-// node has none gets no route (the host reaches it by ARP).
-func vipPaths(answering map[netip.Addr]string, eligible map[netip.Addr][]string, affinity map[netip.Addr]bool, addr func(node string, vip netip.Addr) (netip.Addr, bool)) []netroutes.Paths {
+// answering node; ranked: VIP → its best eligible nodes, at most
+// maxSpreadPaths, in lb.Ranked's order). The next hops are the answering
+// node and the VIP's other ranked nodes, or the answering node alone when a
+// Service on the VIP wants ClientIP affinity (kube-proxy keeps affinity per
+// node, so only one node may see a client) or when the answering node is
+// not among the ranked (a VIP kept through a control-plane outage). Being
+// rendezvous hashing, the ranking changes only where a node joining or
+// leaving enters or leaves it. addr gives a node's address on the bridge for
+// the VIP's family; a node without one is left out, and a VIP whose
+// answering node has none gets no route (the host reaches it by ARP).
+func vipPaths(answering map[netip.Addr]string, ranked map[netip.Addr][]string, affinity map[netip.Addr]bool, addr func(node string, vip netip.Addr) (netip.Addr, bool)) []netroutes.Paths {
 	var out []netroutes.Paths
 	for vip, node := range answering {
 		gw, ok := addr(node, vip)
@@ -50,12 +51,9 @@ func vipPaths(answering map[netip.Addr]string, eligible map[netip.Addr][]string,
 			continue
 		}
 		p := netroutes.Paths{Dst: netip.PrefixFrom(vip, vip.BitLen()), Gateways: []netip.Addr{gw}}
-		if nodes := eligible[vip]; !affinity[vip] && slices.Contains(nodes, node) {
-			// Announcer's ranking (rendezvous hashing), which normally puts
-			// the answering node first: a node joining or leaving changes
-			// only the routes it enters or leaves.
-			for _, n := range lb.Ranked(vip, nodes, maxSpreadPaths) {
-				if a, ok := addr(n, vip); ok && n != node && len(p.Gateways) < maxSpreadPaths {
+		if nodes := ranked[vip]; !affinity[vip] && slices.Contains(nodes, node) {
+			for _, n := range nodes {
+				if a, ok := addr(n, vip); ok && n != node {
 					p.Gateways = append(p.Gateways, a)
 				}
 			}
@@ -68,7 +66,7 @@ func vipPaths(answering map[netip.Addr]string, eligible map[netip.Addr][]string,
 // applySpread programs the host's routes to every VIP answered now (after
 // the pass's announcer changes, so a route never names a node the ARP
 // answer has left).
-func (p *placement) applySpread(ctx context.Context, snap snapshot, eligible map[netip.Addr][]string, holders map[netip.Addr][]string, given *v1.Service) {
+func (p *placement) applySpread(ctx context.Context, snap snapshot, ranked map[netip.Addr][]string, holders map[netip.Addr][]string, given *v1.Service) {
 	if p.spread == nil {
 		return
 	}
@@ -94,7 +92,7 @@ func (p *placement) applySpread(ctx context.Context, snap snapshot, eligible map
 	addr := func(node string, vip netip.Addr) (netip.Addr, bool) {
 		return bridgeAddress(snap.listed[node], subnets, vip.Is4())
 	}
-	if _, err := p.spread.ReconcilePaths(vipPaths(answering, eligible, affinity, addr)); err != nil {
+	if _, err := p.spread.ReconcilePaths(vipPaths(answering, ranked, affinity, addr)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot program the host's routes to VIPs")
 	}
 }

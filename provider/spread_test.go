@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
 
@@ -63,27 +64,27 @@ func TestVIPPaths(t *testing.T) {
 // per node made every placement pass dump and parse megabytes of routes,
 // and was too large for `ip route` to list. The choice is stable (rendezvous
 // hashing): a node leaving changes only the routes that named it, by one
-// next hop, and different VIPs spread over different nodes.
+// next hop, and different VIPs spread over different nodes. It ranks and
+// routes as a pass does (placeAndRoute).
 func TestVIPPathsCapped(t *testing.T) {
 	const n = 1000
 	nodes, addrs := manyNodes(n)
 	addr := func(node string, _ netip.Addr) (netip.Addr, bool) { a, ok := addrs[node]; return a, ok }
 	vips := make([]netip.Addr, 100)
-	answering := map[netip.Addr]string{}
 	eligible := map[netip.Addr][]string{}
 	for i := range vips {
 		vips[i] = netip.AddrFrom4([4]byte{10, 2, 0, byte(i)})
-		answering[vips[i]] = nodes[i*7]
 		eligible[vips[i]] = nodes
 	}
-	routes := func(eligible map[netip.Addr][]string) map[netip.Addr][]netip.Addr {
+	routes := func(eligible map[netip.Addr][]string) (map[netip.Addr]string, map[netip.Addr][]netip.Addr) {
+		answering, paths := placeAndRoute(eligible, addr)
 		out := map[netip.Addr][]netip.Addr{}
-		for _, p := range vipPaths(answering, eligible, nil, addr) {
+		for _, p := range paths {
 			out[p.Dst.Addr()] = p.Gateways
 		}
-		return out
+		return answering, out
 	}
-	before := routes(eligible)
+	answering, before := routes(eligible)
 	used := map[netip.Addr]bool{}
 	for _, vip := range vips {
 		gws := before[vip]
@@ -110,7 +111,7 @@ func TestVIPPathsCapped(t *testing.T) {
 	for _, vip := range vips {
 		eligible[vip] = left
 	}
-	after := routes(eligible)
+	_, after := routes(eligible)
 	for _, vip := range vips {
 		removed := 0
 		for _, g := range before[vip] {
@@ -162,20 +163,28 @@ func manyNodes(n int) ([]string, map[string]netip.Addr) {
 	return nodes, addrs
 }
 
-// BenchmarkVIPPaths: one placement pass's routes for 1000 VIPs, each
-// eligible on the same 1000 nodes.
+// placeAndRoute ranks and routes as a placement pass does: every VIP's
+// first ranked node answers it.
+func placeAndRoute(eligible map[netip.Addr][]string, addr func(string, netip.Addr) (netip.Addr, bool)) (map[netip.Addr]string, []netroutes.Paths) {
+	ranked := lb.Place(eligible, maxSpreadPaths)
+	answering := map[netip.Addr]string{}
+	for vip, r := range ranked {
+		answering[vip] = r[0]
+	}
+	return answering, vipPaths(answering, ranked, nil, addr)
+}
+
+// BenchmarkVIPPaths: one placement pass's ranking and routes for 1000 VIPs,
+// each eligible on the same 1000 nodes.
 func BenchmarkVIPPaths(b *testing.B) {
 	const n = 1000
 	nodes, addrs := manyNodes(n)
 	addr := func(node string, _ netip.Addr) (netip.Addr, bool) { a, ok := addrs[node]; return a, ok }
-	answering := map[netip.Addr]string{}
 	eligible := map[netip.Addr][]string{}
 	for i := range n {
-		vip := netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)})
-		answering[vip] = nodes[(i*7)%n]
-		eligible[vip] = nodes
+		eligible[netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)})] = nodes
 	}
 	for b.Loop() {
-		vipPaths(answering, eligible, nil, addr)
+		placeAndRoute(eligible, addr)
 	}
 }
