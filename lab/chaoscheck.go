@@ -41,6 +41,11 @@ type Snapshot struct {
 	End    time.Time    // when it was complete
 	Subnet netip.Prefix // the bridge's subnet
 	Nodes  []SnapNode
+	// NodesAfter are the Nodes listed again once the ARP probe is done. A
+	// node can become eligible (or stop being) while the probe runs, and
+	// the CCM moves a VIP within milliseconds of the Node's update: a node
+	// eligible in either listing may be the one answering.
+	NodesAfter []SnapNode
 	// Domains are the lab's libvirt domains by name, as last seen;
 	// DomainsKnown is false when libvirt could not be asked this time (then
 	// every Node's domain is taken to exist).
@@ -124,7 +129,7 @@ func Evaluate(prev, cur *Snapshot) []Condition {
 // eligibleMACs maps the MAC of each node that may answer for a VIP to the
 // node: its domain runs, it is not excluded from load balancers, and it has
 // reported Ready since its domain last went down (before that its status is the
-// one from before; the guest is still booting).
+// one from before; the guest is still booting), in either Node listing.
 func eligibleMACs(s *Snapshot) map[string]string { return macsOfNodes(s, false) }
 
 // keepingMACs are eligibleMACs plus the nodes whose Ready is Unknown: when
@@ -134,7 +139,7 @@ func keepingMACs(s *Snapshot) map[string]string { return macsOfNodes(s, true) }
 
 func macsOfNodes(s *Snapshot, unknownToo bool) map[string]string {
 	out := map[string]string{}
-	for _, n := range s.Nodes {
+	for _, n := range slices.Concat(s.Nodes, s.NodesAfter) {
 		d, ok := s.Domains[n.Name]
 		notReady := n.NotReady && !(unknownToo && n.Unknown)
 		if !ok || !d.Running || n.Excluded || notReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) {

@@ -59,6 +59,18 @@ func TestEvaluate(t *testing.T) {
 				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
 			},
 			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
+		{name: "a node that reported while the ARP probe ran",
+			change: func(s *Snapshot) {
+				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
+				s.NodesAfter = slices.Clone(s.Nodes)
+				s.NodesAfter[0].Reported = t0.Add(3 * time.Second)
+			}},
+		{name: "a node not eligible before the probe nor after it",
+			change: func(s *Snapshot) {
+				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
+				s.NodesAfter = slices.Clone(s.Nodes)
+			},
+			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
 		{name: "a report in the second the domain went down counts",
 			change: func(s *Snapshot) {
 				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(300 * time.Millisecond)}

@@ -279,6 +279,13 @@ func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
 	if s.ARP, err = o.arp.Probe(ctx, snapshotVIPs(s), 400*time.Millisecond); err != nil {
 		return nil, err
 	}
+	after, err := o.client.CoreV1().Nodes().List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range after.Items {
+		s.NodesAfter = append(s.NodesAfter, snapNode(&after.Items[i]))
+	}
 	return s, nil
 }
 
