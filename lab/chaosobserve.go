@@ -252,16 +252,13 @@ func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
 	s := &Snapshot{At: time.Now(), Subnet: o.subnet}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	nodes, err := o.client.CoreV1().Nodes().List(cctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
+	var err error
+	if s.Nodes, err = o.listNodes(cctx); err != nil {
+		return nil, err
 	}
 	svcs, err := o.client.CoreV1().Services("").List(cctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list services: %w", err)
-	}
-	for i := range nodes.Items {
-		s.Nodes = append(s.Nodes, snapNode(&nodes.Items[i]))
 	}
 	eps, err := o.client.DiscoveryV1().EndpointSlices("").List(cctx, metav1.ListOptions{})
 	if err != nil {
@@ -279,14 +276,23 @@ func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
 	if s.ARP, err = o.arp.Probe(ctx, snapshotVIPs(s), 400*time.Millisecond); err != nil {
 		return nil, err
 	}
-	after, err := o.client.CoreV1().Nodes().List(cctx, metav1.ListOptions{})
+	if s.NodesAfter, err = o.listNodes(cctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// listNodes lists the Nodes as a snapshot keeps them.
+func (o *observer) listNodes(ctx context.Context) ([]SnapNode, error) {
+	nodes, err := o.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	for i := range after.Items {
-		s.NodesAfter = append(s.NodesAfter, snapNode(&after.Items[i]))
+	out := make([]SnapNode, 0, len(nodes.Items))
+	for i := range nodes.Items {
+		out = append(out, snapNode(&nodes.Items[i]))
 	}
-	return s, nil
+	return out, nil
 }
 
 func snapNode(n *v1.Node) SnapNode {

@@ -5,25 +5,16 @@ import (
 	"slices"
 )
 
-// Announcer is the node that answers for vip among eligible: the one with
-// the highest hash of (vip, node), i.e. rendezvous hashing. It depends on
-// nothing but its arguments, so a restarted CCM, a new leader and every
-// replica compute the same answer; a node that stops being eligible moves
-// only the VIPs it answered for (each to its own runner-up), a node that
-// joins takes only the VIPs it now wins, and VIPs spread evenly. Equal
-// hashes (never seen in practice) go to the smaller name. It returns ""
-// when no node is eligible; duplicates and order do not matter.
-func Announcer(vip netip.Addr, eligible []string) string {
-	if best := Ranked(vip, eligible, 1); len(best) > 0 {
-		return best[0]
-	}
-	return ""
-}
-
-// Ranked is the k nodes of eligible that rank highest for vip, best first:
-// Announcer's order, so Ranked(vip, eligible, 1) is the Announcer and a
-// node joining or leaving changes only the lists it enters or leaves.
-// Duplicates and order in eligible do not matter.
+// Ranked is the k nodes of eligible that rank highest for vip, best first,
+// by the hash of (vip, node): rendezvous hashing. The first is the node
+// that answers for vip (its announcer); the spread route goes via all k.
+// It depends on nothing but its arguments, so a restarted CCM, a new leader
+// and every replica compute the same ranking; a node that stops being
+// eligible moves only the VIPs it answered for (each to its own runner-up),
+// a node that joins takes only the VIPs it now wins, and VIPs spread
+// evenly; likewise a node joining or leaving changes only the lists it
+// enters or leaves. Equal hashes (never seen in practice) rank the smaller
+// name first. Duplicates and order in eligible do not matter.
 func Ranked(vip netip.Addr, eligible []string, k int) []string {
 	type ranked struct {
 		node  string
@@ -58,8 +49,8 @@ func Ranked(vip netip.Addr, eligible []string, k int) []string {
 }
 
 // Place ranks every VIP's own eligible nodes at once (externalTrafficPolicy
-// Local narrows them per VIP), keeping the k best: the first is the VIP's
-// Announcer, the node that answers it. VIPs with no eligible node are left
+// Local narrows them per VIP), keeping the k best: the first is the node
+// that answers it. VIPs with no eligible node are left
 // out.
 func Place(eligible map[netip.Addr][]string, k int) map[netip.Addr][]string {
 	out := make(map[netip.Addr][]string, len(eligible))

@@ -51,7 +51,7 @@ func (f *lbFixture) touchNodes(value string) {
 	}
 }
 
-// TestPlacementIsRendezvous: every VIP is answered by lb.Announcer's choice
+// TestPlacementIsRendezvous: every VIP is answered by the first of lb.Ranked
 // among the eligible nodes, and a restarted CCM (loading the statuses)
 // places every VIP exactly the same.
 func TestPlacementIsRendezvous(t *testing.T) {
@@ -61,7 +61,7 @@ func TestPlacementIsRendezvous(t *testing.T) {
 	var svcs []*v1.Service
 	for i := range 12 {
 		vip := f.mustEnsure(lbService(fmt.Sprintf("svc-%d", i)))
-		want := lb.Announcer(vip, all)
+		want := lb.Ranked(vip, all, 1)[0]
 		if got := f.ann.answering(vip).String(); got != macOfNode(want) {
 			t.Fatalf("%s answered by %s, want %s (%s)", vip, got, want, macOfNode(want))
 		}

@@ -14,8 +14,9 @@ import (
 // Spread routes: traffic the host routes to a VIP (from other networks,
 // from the host itself) goes over a /32 route whose next hops are nodes
 // that may answer the VIP (up to maxSpreadPaths of them), as a cloud load
-// balancer spreads over its backends; the kernel's multipath hash picks one per connection. ARP keeps
-// serving the clients on the bridge itself through the answering node.
+// balancer spreads over its backends; the kernel's multipath hash picks one
+// per connection. ARP keeps serving the clients on the bridge itself
+// through the answering node.
 
 // pathSetter programs the host's routes to VIPs. A netroutes.Manager of
 // protocol netroutes.VIPProtocol satisfies it.

@@ -34,15 +34,15 @@ func TestVIPPaths(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		answering map[netip.Addr]string
-		eligible  map[netip.Addr][]string
+		ranked    map[netip.Addr][]string
 		affinity  map[netip.Addr]bool
 		want      map[string]string
 	}{
-		{"every eligible node", map[netip.Addr]string{vip: "b"}, map[netip.Addr][]string{vip: {"a", "b", "c"}}, nil,
+		{"every ranked node", map[netip.Addr]string{vip: "b"}, map[netip.Addr][]string{vip: {"a", "b", "c"}}, nil,
 			map[string]string{"10.0.0.200/32": "[10.0.0.11 10.0.0.12 10.0.0.13]"}},
 		{"ClientIP affinity: the answering node alone", map[netip.Addr]string{vip: "b"}, map[netip.Addr][]string{vip: {"a", "b", "c"}}, map[netip.Addr]bool{vip: true},
 			map[string]string{"10.0.0.200/32": "[10.0.0.12]"}},
-		{"answering node kept outside the eligible set", map[netip.Addr]string{vip: "c"}, map[netip.Addr][]string{vip: {"a", "b"}}, nil,
+		{"answering node kept outside the ranked set", map[netip.Addr]string{vip: "c"}, map[netip.Addr][]string{vip: {"a", "b"}}, nil,
 			map[string]string{"10.0.0.200/32": "[10.0.0.13]"}},
 		{"a node without a bridge address is left out", map[netip.Addr]string{vip: "a"}, map[netip.Addr][]string{vip: {"a", "d"}}, nil,
 			map[string]string{"10.0.0.200/32": "[10.0.0.11]"}},
@@ -51,7 +51,7 @@ func TestVIPPaths(t *testing.T) {
 		{"unanswered VIPs get none", nil, map[netip.Addr][]string{vip: {"a"}}, nil, map[string]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := show(vipPaths(tc.answering, tc.eligible, tc.affinity, addr))
+			got := show(vipPaths(tc.answering, tc.ranked, tc.affinity, addr))
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("vipPaths = %v, want %v", got, tc.want)
 			}
