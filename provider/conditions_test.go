@@ -94,7 +94,7 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 	})
 	patches := f.statusPatches()
 	for range 5 {
-		f.lb.place.pass(f.ctx, nil)
+		f.lb.place.sync(f.ctx, nil)
 		if err := f.lb.UpdateLoadBalancer(f.ctx, "test", svc, f.nodes); err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
 		return err == nil && len(s.Status.Conditions) == 0
 	})
 	// Within the lag allowed for our own writes, nothing is rewritten ...
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	time.Sleep(50 * time.Millisecond)
 	if c, _ := f.announced("web"); c != nil {
 		t.Fatalf("rewritten at once: %+v", c)
@@ -205,7 +205,7 @@ func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
 		f.lb.place.conds.written[k] = w
 	}
 	f.lb.place.conds.mu.Unlock()
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	f.waitFor("the condition restored", func() bool { c, _ := f.announced("web"); return c != nil })
 	if got, _ := f.announced("web"); !got.LastTransitionTime.Equal(&want.LastTransitionTime) || !lb.SameAnnounced(*got, *want) {
 		t.Errorf("restored %+v, want %+v", got, want)

@@ -41,6 +41,10 @@ type fakeAnnouncer struct {
 	removes []netip.Addr
 	probes  []netip.Addr
 	causes  []time.Time // non-zero causes given to SetAfter
+	// hold, if set, keeps each Answering call waiting until it is closed;
+	// held counts the calls that waited.
+	hold chan struct{}
+	held int
 }
 
 var _ Announcer = (*fakeAnnouncer)(nil)
@@ -80,6 +84,12 @@ func (a *fakeAnnouncer) Probe(_ context.Context, vip netip.Addr) (net.HardwareAd
 
 func (a *fakeAnnouncer) Answering() map[netip.Addr]net.HardwareAddr {
 	a.mu.Lock()
+	if hold := a.hold; hold != nil {
+		a.held++
+		a.mu.Unlock()
+		<-hold
+		a.mu.Lock()
+	}
 	defer a.mu.Unlock()
 	out := map[netip.Addr]net.HardwareAddr{}
 	for ip, mac := range a.owned {
@@ -566,7 +576,7 @@ func TestLoadBalancerConflictProbe(t *testing.T) {
 		t.Fatalf("conflicting VIP reported announced: %q", f.drain())
 	}
 	// The failover loop leaves an unprobed VIP alone.
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	if sets := f.ann.setsFor(vip); len(sets) != 0 {
 		t.Fatalf("failover loop announced a conflicting VIP: %v", sets)
 	}
@@ -764,7 +774,7 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 	// The first comes back, but its guest is still booting: its Node has
 	// not reported since the domain started, so it does not answer yet.
 	f.hv.setState(first.name, libvirtcloud.StateRunning)
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	if got := f.ann.answering(vip); got != nil {
 		t.Fatalf("VIP handed to %v before the restarted node reported", got)
 	}
@@ -919,7 +929,7 @@ func TestVIPStaysWhileEveryNodeIsUnknown(t *testing.T) {
 	f.setReady(other, v1.ConditionUnknown)
 	f.setReady(first, v1.ConditionUnknown)
 	time.Sleep(100 * time.Millisecond) // the loop's passes on both updates
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	if f.ann.removed(vip) || f.ann.answering(vip).String() != first.mac.String() {
 		t.Fatalf("with every Node Unknown the VIP went from %s to %v (removed: %v); events %q",
 			first.mac, f.ann.answering(vip), f.ann.removed(vip), f.drain())

@@ -93,7 +93,12 @@ type placement struct {
 	kick     chan struct{}
 	conds    *conditions // writes the Services' Announced condition
 
-	passMu sync.Mutex // one pass at a time; guards known
+	// passing holds one token while a pass runs: one pass at a time, and
+	// the pass owns known.
+	passing chan struct{}
+	// batchMu guards next: the calls waiting for the next pass.
+	batchMu sync.Mutex
+	next    *batch
 
 	// known holds each Node's last facts, used while its hypervisor
 	// cannot be asked: an unreachable hypervisor is not a dead node.
@@ -116,6 +121,7 @@ func newPlacement(bridge string, hvs []Hypervisor, in *instances, alloc *lb.Allo
 		alloc:     alloc,
 		ann:       ann,
 		kick:      make(chan struct{}, 1),
+		passing:   make(chan struct{}, 1),
 		conds:     newConditions(),
 		known:     map[string]nodeFacts{},
 		reportAt:  map[string]time.Time{},
@@ -227,7 +233,7 @@ func (p *placement) run(ctx context.Context) {
 	}
 	ticker := time.NewTicker(placementResync)
 	defer ticker.Stop()
-	p.pass(ctx, nil)
+	p.sync(ctx, nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -235,7 +241,7 @@ func (p *placement) run(ctx context.Context) {
 		case <-p.kick:
 		case <-ticker.C:
 		}
-		p.pass(ctx, nil)
+		p.sync(ctx, nil)
 	}
 }
 
@@ -266,10 +272,56 @@ func (p *placement) watchConnections(ctx context.Context) {
 	}
 }
 
-// sync runs a pass now, for a call of the service controller; svc is that
-// call's (possibly newer than cached) copy of the Service.
+// givenServices are the Services whose service-controller calls a pass
+// serves, by key: each call's copy, possibly newer than the cache's.
+type givenServices map[string]*v1.Service
+
+// batch is the calls waiting for the next pass.
+type batch struct {
+	given givenServices
+	done  chan struct{} // closed once a pass has served the batch
+}
+
+// sync returns after a pass that began after the call. svc is the service
+// controller's copy of the Service it syncs; nil for a released Service
+// and for the placement loop's own passes. Every pass places every VIP,
+// so the calls that arrive while one runs share the next: a burst of N
+// Services (up to --concurrent-service-syncs at once) takes a few passes,
+// not N. The pass runs with the context of the call that starts it; all
+// calls come from the controllers' one context.
 func (p *placement) sync(ctx context.Context, svc *v1.Service) {
-	p.pass(ctx, svc)
+	p.batchMu.Lock()
+	b := p.next
+	if b == nil {
+		b = &batch{given: givenServices{}, done: make(chan struct{})}
+		p.next = b
+	}
+	if svc != nil {
+		b.given[key(svc)] = svc // one worker per key: no older copy to keep
+	}
+	p.batchMu.Unlock()
+
+	select {
+	case <-b.done:
+		return
+	case p.passing <- struct{}{}:
+	}
+	defer func() { <-p.passing }()
+	p.batchMu.Lock()
+	taken := p.next != b
+	if !taken {
+		p.next = nil
+	}
+	p.batchMu.Unlock()
+	if taken {
+		// Another call ran this batch's pass, which closed done before
+		// giving up the token just taken.
+		return
+	}
+	start := time.Now()
+	p.pass(ctx, b.given)
+	metrics.PlacementPassSeconds.Observe(time.Since(start).Seconds())
+	close(b.done)
 }
 
 // snapshot is one pass's view of the world.
@@ -292,13 +344,12 @@ type macHolder struct {
 	facts nodeFacts
 }
 
-// pass places every VIP and applies the result.
-func (p *placement) pass(ctx context.Context, given *v1.Service) {
+// pass places every VIP and applies the result; its caller holds the
+// passing token.
+func (p *placement) pass(ctx context.Context, given givenServices) {
 	if p.nodes == nil {
 		return
 	}
-	p.passMu.Lock()
-	defer p.passMu.Unlock()
 	// The service controller calls in once its own informers have synced,
 	// not placement's (EndpointSlices are placement's alone): a pass over
 	// a partial cache would withdraw or move VIPs that nothing changed, on
@@ -368,7 +419,7 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 		}
 		mac := snap.facts[to].mac
 		if bytes.Equal(now, mac) {
-			if given != nil {
+			if len(given) > 0 {
 				_ = p.ann.SetAfter(ip, mac, time.Time{}) // repairs a neighbour entry that failed before
 			}
 			continue
@@ -407,7 +458,7 @@ func (p *placement) pass(ctx context.Context, given *v1.Service) {
 // until the kubelets report again; withdrawing every VIP then would turn a
 // control-plane blip into a data-plane outage. Any Node that reports Ready
 // takes the VIP as usual.
-func (p *placement) keepOnUnknown(snap snapshot, now net.HardwareAddr, holders []string, given *v1.Service) bool {
+func (p *placement) keepOnUnknown(snap snapshot, now net.HardwareAddr, holders []string, given givenServices) bool {
 	h, ok := snap.byMAC[now.String()]
 	if !ok {
 		return false
@@ -570,7 +621,7 @@ func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
 
 // narrow applies the policies of the Services sharing a VIP: with
 // externalTrafficPolicy Local, only nodes with a ready endpoint.
-func (p *placement) narrow(nodes []string, holders []string, given *v1.Service) []string {
+func (p *placement) narrow(nodes []string, holders []string, given givenServices) []string {
 	out := nodes
 	for _, k := range holders {
 		s := p.lookupService(k, given)
@@ -589,9 +640,9 @@ func (p *placement) narrow(nodes []string, holders []string, given *v1.Service) 
 	return out
 }
 
-func (p *placement) lookupService(k string, given *v1.Service) *v1.Service {
-	if given != nil && key(given) == k {
-		return given
+func (p *placement) lookupService(k string, given givenServices) *v1.Service {
+	if s, ok := given[k]; ok {
+		return s
 	}
 	ns, name := splitKey(k)
 	s, err := p.services.Services(ns).Get(name)
@@ -618,7 +669,7 @@ func (p *placement) endpointNodes(svc *v1.Service) map[string]bool {
 	return out
 }
 
-func (p *placement) event(holders []string, given *v1.Service, typ, reason, format string, args ...any) {
+func (p *placement) event(holders []string, given givenServices, typ, reason, format string, args ...any) {
 	for _, k := range holders {
 		if s := p.lookupService(k, given); s != nil {
 			p.recorder.Eventf(s, typ, reason, format, args...)
@@ -626,15 +677,12 @@ func (p *placement) event(holders []string, given *v1.Service, typ, reason, form
 	}
 }
 
-// eventOnce reports a VIP no node can answer to the Service being synced
-// (the service controller's call), not on every pass.
-func (p *placement) eventOnce(holders []string, given *v1.Service, ip netip.Addr) {
-	if given == nil {
-		return
-	}
+// eventOnce reports a VIP no node can answer to the Services being synced
+// (the service controller's calls), not on every pass.
+func (p *placement) eventOnce(holders []string, given givenServices, ip netip.Addr) {
 	for _, k := range holders {
-		if k == key(given) {
-			p.recorder.Eventf(given, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
+		if s, ok := given[k]; ok {
+			p.recorder.Eventf(s, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
 		}
 	}
 }

@@ -3,6 +3,9 @@ package provider
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
@@ -98,7 +103,7 @@ func TestPlacementKeepsVIPsWhileHypervisorUnavailable(t *testing.T) {
 
 	f.hv.setDown(true)
 	f.touchNodes("during")
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	time.Sleep(100 * time.Millisecond) // let the loop's own passes run too
 	for _, vip := range vips {
 		if got := f.ann.answering(vip); got.String() != before[vip].String() {
@@ -134,9 +139,9 @@ func TestPausedDomainKeepsItsVIPs(t *testing.T) {
 	first, _ := nodeOf(f.ann.answering(vip))
 
 	f.hv.setState(first.name, libvirtcloud.StatePaused)
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	f.hv.setState(first.name, libvirtcloud.StateRunning)
-	f.lb.place.pass(f.ctx, nil)
+	f.lb.place.sync(f.ctx, nil)
 	time.Sleep(50 * time.Millisecond)
 	if got := f.ann.answering(vip); got.String() != first.mac.String() {
 		t.Fatalf("after pause and resume %s is answered by %v, want %s still", vip, got, first.name)
@@ -153,23 +158,31 @@ func TestPausedDomainKeepsItsVIPs(t *testing.T) {
 	f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
 }
 
+// placementOnly starts placement's informers and nothing else: no loop,
+// so passes run only when the test asks for them.
+func (f *lbFixture) placementOnly() *placement {
+	f.t.Helper()
+	p := f.lb.place
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	if err := p.watch(factory, f.rec, f.client); err != nil {
+		f.t.Fatal(err)
+	}
+	factory.Start(f.ctx.Done())
+	factory.WaitForCacheSync(f.ctx.Done())
+	return p
+}
+
 // TestPlacementWaitsForItsInformers: a pass asked for before placement's
 // informers have synced (a new leader's service controller syncs once its
 // own have) changes nothing: a partial cache would withdraw VIPs.
 func TestPlacementWaitsForItsInformers(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.20") // no loop: passes by hand
-	p := f.lb.place
-	factory := informers.NewSharedInformerFactory(f.client, 0)
-	if err := p.watch(factory, f.rec, f.client); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(f.ctx.Done())
-	factory.WaitForCacheSync(f.ctx.Done())
+	f := newLBFixture(t, "10.0.0.10-10.0.0.20")
+	p := f.placementOnly()
 	vip := netip.MustParseAddr("10.0.0.10")
 	if err := f.lb.alloc.Assign("default/svc", vip, lb.Request{}); err != nil {
 		t.Fatal(err)
 	}
-	p.pass(f.ctx, nil)
+	p.sync(f.ctx, nil)
 	before := f.ann.answering(vip)
 	if before == nil {
 		t.Fatalf("%s not placed", vip)
@@ -178,14 +191,81 @@ func TestPlacementWaitsForItsInformers(t *testing.T) {
 	p.synced = append(p.synced, func() bool { return synced })
 	// A change a pass acts on: the VIP is no longer held.
 	f.lb.alloc.Release("default/svc")
-	p.pass(f.ctx, nil)
+	p.sync(f.ctx, nil)
 	if got := f.ann.answering(vip); got.String() != before.String() || f.ann.removed(vip) {
 		t.Fatalf("before the informers synced %s went from %s to %v (removed: %v)", vip, before, got, f.ann.removed(vip))
 	}
 	synced = true
-	p.pass(f.ctx, nil)
+	p.sync(f.ctx, nil)
 	if !f.ann.removed(vip) {
 		t.Fatalf("once synced, the released %s is still answered by %v", vip, f.ann.answering(vip))
+	}
+}
+
+// TestSyncsDuringAPassShareTheNext: service-controller calls that arrive
+// while a pass runs wait for the next pass and share it (a burst of N
+// Services costs a few passes, not N); each returns only once a pass that
+// began after the call has announced its VIP, with its own copy of its
+// Service (these are in no cache, so the events name the calls' copies).
+func TestSyncsDuringAPassShareTheNext(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.40")
+	p := f.placementOnly()
+	passes := func() uint64 {
+		h, err := testutil.GetHistogramVecFromGatherer(legacyregistry.DefaultGatherer, "labcloud_lb_placement_pass_seconds", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.GetAggregatedSampleCount()
+	}
+	before := passes()
+
+	// The first pass stops where it reads what the bridge answers, after
+	// it has read the VIPs: the VIPs assigned from here on are not its.
+	hold := make(chan struct{})
+	f.ann.mu.Lock()
+	f.ann.hold = hold
+	f.ann.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Go(func() { p.sync(f.ctx, nil) })
+	f.waitFor("the first pass", func() bool {
+		f.ann.mu.Lock()
+		defer f.ann.mu.Unlock()
+		return f.ann.held == 1
+	})
+
+	const n = 20
+	vips := make([]netip.Addr, n)
+	for i := range n {
+		svc := lbService(fmt.Sprintf("burst-%d", i))
+		vips[i] = netip.AddrFrom4([4]byte{10, 0, 0, byte(11 + i)})
+		if err := f.lb.alloc.Assign(key(svc), vips[i], lb.Request{}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			p.sync(f.ctx, svc)
+			if f.ann.answering(vips[i]) == nil {
+				t.Errorf("sync of %s returned before %s was announced", svc.Name, vips[i])
+			}
+		})
+	}
+	f.waitFor("every call waiting for the next pass", func() bool {
+		p.batchMu.Lock()
+		defer p.batchMu.Unlock()
+		return p.next != nil && len(p.next.given) == n
+	})
+	close(hold)
+	wg.Wait()
+
+	if got := passes() - before; got != 2 {
+		t.Errorf("%d passes for one running and %d calls during it, want 2", got, n)
+	}
+	for i := range n {
+		name := fmt.Sprintf("burst-%d", i)
+		if !slices.ContainsFunc(f.drain(), func(e string) bool {
+			return strings.HasPrefix(e, "Normal "+ReasonAnnounced+" "+vips[i].String()+" ")
+		}) {
+			t.Errorf("no %s event for %s (%s) from its call's copy; events: %q", ReasonAnnounced, vips[i], name, f.drain())
+		}
 	}
 }
 

@@ -67,7 +67,7 @@ func vipPaths(answering map[netip.Addr]string, ranked map[netip.Addr][]string, a
 // applySpread programs the host's routes to every VIP answered now (after
 // the pass's announcer changes, so a route never names a node the ARP
 // answer has left).
-func (p *placement) applySpread(ctx context.Context, snap snapshot, ranked map[netip.Addr][]string, holders map[netip.Addr][]string, given *v1.Service) {
+func (p *placement) applySpread(ctx context.Context, snap snapshot, ranked map[netip.Addr][]string, holders map[netip.Addr][]string, given givenServices) {
 	if p.spread == nil {
 		return
 	}

@@ -180,6 +180,7 @@ func TestMetricsThroughSecurePort(t *testing.T) {
 		check("labcloud_lb_pool_addresses_in_use", pool, one, is1),
 		check("labcloud_lb_allocations_total", pool, some, isSome),
 		check("labcloud_lb_arp_replies_total", nil, some, isSome),
+		check("labcloud_lb_placement_pass_seconds_count", nil, some, isSome),
 		check("labcloud_libvirt_cached_domains", zone, two, isTwo),
 		check("labcloud_libvirt_call_duration_seconds_count", map[string]string{"call": "GetAllDomainStats"}, some, isSome),
 	)
