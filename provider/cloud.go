@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"net/netip"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
 
@@ -47,9 +51,10 @@ type Cloud struct {
 }
 
 // component is a part of the provider that needs the cluster: it is
-// started by Initialize with the CCM's client and shared informers.
+// started by SetInformers with the CCM's client, its shared informers and
+// the provider's one event recorder.
 type component interface {
-	start(ctx context.Context, client kubernetes.Interface, informers informers.SharedInformerFactory) error
+	start(ctx context.Context, client kubernetes.Interface, informers informers.SharedInformerFactory, recorder record.EventRecorder) error
 }
 
 var (
@@ -150,8 +155,22 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 // SetInformers is called right after Initialize with the informer factory
 // the CCM starts once its controllers are built (cloudprovider.InformerUser).
 func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
-	for _, p := range c.components() {
-		if err := p.start(c.runCtx, c.client, factory); err != nil {
+	parts := c.components()
+	if len(parts) == 0 {
+		return
+	}
+	// One broadcaster for the provider's events (upstream's controllers
+	// each keep their own): one correlator, one writer to the API server.
+	b := record.NewBroadcaster(record.WithContext(c.runCtx))
+	b.StartStructuredLogging(2)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+	go func() {
+		<-c.runCtx.Done()
+		b.Shutdown()
+	}()
+	recorder := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "libvirt-cloud-provider"})
+	for _, p := range parts {
+		if err := p.start(c.runCtx, c.client, factory, recorder); err != nil {
 			klog.Fatalf("libvirt cloud provider: %v", err)
 		}
 	}

@@ -16,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
@@ -133,15 +131,9 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 
 // start runs once this replica leads: it becomes the host's announcer,
 // loads every assignment, and starts the placement loop.
-func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
+func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
 	l.client = client
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	l.recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "libvirt-cloud-provider"})
-	go func() {
-		<-ctx.Done()
-		broadcaster.Shutdown()
-	}()
+	l.recorder = recorder
 	if err := l.place.watch(factory, l.recorder, client); err != nil {
 		return err
 	}

@@ -332,17 +332,14 @@ func newLBFixture(t *testing.T, pool string, objects ...runtime.Object) *lbFixtu
 	return f
 }
 
-// start runs the load balancer as Initialize does, with the FakeRecorder in
-// place of the API event sink. The recorder is swapped before the informers
-// start, and nothing records an event before they have synced.
+// start runs the load balancer as SetInformers does, with the
+// FakeRecorder in place of the provider's recorder.
 func (f *lbFixture) start() *lbFixture {
 	f.t.Helper()
 	factory := informers.NewSharedInformerFactory(f.client, 0)
-	if err := f.lb.start(f.ctx, f.client, factory); err != nil {
+	if err := f.lb.start(f.ctx, f.client, factory, f.rec); err != nil {
 		f.t.Fatal(err)
 	}
-	f.lb.recorder = f.rec
-	f.lb.place.recorder = f.rec
 	factory.Start(f.ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(f.ctx.Done()) {
 		if !ok {

@@ -18,8 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -99,20 +97,12 @@ func newRoutes(cfg RoutesConfig, _ []Hypervisor) (*routes, error) {
 }
 
 // start wires the Node lister (registered with informers, which the caller
-// starts) and an event recorder writing Node events through client.
-func (r *routes) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
+// starts) and the recorder of Node events.
+func (r *routes) start(_ context.Context, _ kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
 	inf := factory.Core().V1().Nodes()
 	r.nodes = inf.Lister()
 	r.synced = inf.Informer().HasSynced
-
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartStructuredLogging(2)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	r.recorder = b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "libvirt-cloud-provider"})
-	go func() {
-		<-ctx.Done()
-		b.Shutdown()
-	}()
+	r.recorder = recorder
 	return nil
 }
 

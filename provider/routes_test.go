@@ -244,8 +244,9 @@ func (f *fakeTable) Remove(r netroutes.Route) error {
 	return nil
 }
 
-// startRoutes starts r as Initialize would, with a fake clientset holding
-// nodes, and returns the clientset to read events back.
+// startRoutes starts r as the CCM does (the provider's SetInformers, with
+// its event recorder), with a fake clientset holding nodes, and returns
+// the clientset to read events back.
 func startRoutes(t *testing.T, r *routes, nodes ...*v1.Node) *fake.Clientset {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -255,9 +256,8 @@ func startRoutes(t *testing.T, r *routes, nodes ...*v1.Node) *fake.Clientset {
 	}
 	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	if err := r.start(ctx, client, factory); err != nil {
-		t.Fatal(err)
-	}
+	c := &Cloud{routes: r, runCtx: ctx, client: client}
+	c.SetInformers(factory)
 	factory.Start(ctx.Done())
 	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	factory.WaitForCacheSync(ctx.Done())
