@@ -6,7 +6,7 @@ GOTEST ?= go test -count=1
 CHAOS_DURATION ?= 5m
 CHAOS_SEED ?= 42
 
-.PHONY: all build deb deps tools test unit e2e lint lab down bench chaos-soak conformance
+.PHONY: all build deb deps tools modules test unit e2e lint lab down bench chaos-soak conformance
 
 all: build
 
@@ -49,20 +49,27 @@ deb: build
 tools:
 	hack/build-tools.sh
 
+# The modules of the tool modules the tests build with, fetched before the
+# tests run: the e2e suite runs in network namespaces of its own, which do
+# not reach the module proxy (TestDebPackage runs `make deb`, which builds
+# hack/pkgtools). The main module's are fetched when the tests are built.
+modules:
+	go -C hack/pkgtools mod download
+
 # Everything: unit, privileged (netns, raw sockets) and end-to-end tests.
 # Run as root; the privileged tests and the e2e suite do not skip as root.
 # It installs the host packages it needs first (a no-op when present).
 # It includes the chaos soak of CHAOS_DURATION (5 minutes, seed 42, as CI runs it)
 # and Kubernetes' LoadBalancer e2e tests on a fresh lab, less the two rolling-update
 # tests (TestConformance; make conformance runs them all).
-test: deps tools
+test: deps tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
 		$(GOTEST) -timeout 80m ./...
 
 unit:
 	$(GOTEST) ./provider/... ./libvirtcloud/... ./netroutes/... ./lb/...
 
-e2e: tools
+e2e: tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) $(GOTEST) -v -timeout 30m ./test/e2e/...
 
 bench: tools

@@ -60,8 +60,8 @@ func TestRegistered(t *testing.T) {
 			}
 		}
 	}
-	if len(found) != 13 {
-		t.Errorf("%d labcloud_* metrics gathered (%v), want 13", len(found), found)
+	if len(found) != 14 {
+		t.Errorf("%d labcloud_* metrics gathered (%v), want 14", len(found), found)
 	}
 	problems, err := testutil.NewPromLinter(&text).Lint()
 	if err != nil {
