@@ -49,11 +49,13 @@ deb: build
 tools:
 	hack/build-tools.sh
 
-# The modules of the tool modules the tests build with, fetched before the
-# tests run: the e2e suite runs in network namespaces of its own, which do
-# not reach the module proxy (TestDebPackage runs `make deb`, which builds
-# hack/pkgtools). The main module's are fetched when the tests are built.
+# Every module the tests build with, fetched before the tests run: the e2e
+# suite runs in network namespaces of its own, which do not reach the module
+# proxy, and builds there (`make build` for the binaries, whose packages the
+# test binary does not import; TestDebPackage's `make deb` builds
+# hack/pkgtools, a module of its own).
 modules:
+	go mod download
 	go -C hack/pkgtools mod download
 
 # Everything: unit, privileged (netns, raw sockets) and end-to-end tests.
@@ -72,13 +74,13 @@ unit:
 e2e: tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) $(GOTEST) -v -timeout 30m ./test/e2e/...
 
-bench: tools
+bench: tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) go test -run '^$$' -bench . -benchtime 1x ./...
 
 # A chaos soak on a fresh two-node lab: CHAOS_DURATION of seeded faults
 # (seed CHAOS_SEED) with the invariants checked throughout; fails on any
 # violation. CI runs it as is (5 minutes, seed 42). Root; ~15-25 min in all.
-chaos-soak: tools
+chaos-soak: tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
 		$(GOTEST) -v -timeout 60m -run '^TestChaosSoak$$' ./test/labe2e/
 
