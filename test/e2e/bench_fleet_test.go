@@ -322,22 +322,28 @@ func readProcMem(pid int) (procMem, error) {
 		if !ok {
 			continue
 		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		n, err := kiB(v)
 		if err != nil {
 			continue
 		}
 		switch k {
 		case "RssAnon":
-			m.anon = kb << 10
+			m.anon = n
 		case "RssFile":
-			m.file = kb << 10
+			m.file = n
 		case "VmRSS":
-			m.rss = kb << 10
+			m.rss = n
 		case "VmHWM":
-			m.hwm = kb << 10
+			m.hwm = n
 		}
 	}
 	return m, nil
+}
+
+// kiB reads a size as /proc writes it ("  1234 kB"), in bytes.
+func kiB(v string) (int64, error) {
+	kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+	return kb << 10, err
 }
 
 // memSampler tracks the peaks of a process's anonymous and file-backed RSS

@@ -238,8 +238,7 @@ func BenchmarkLBServiceReady(b *testing.B) {
 	arps := client.capture(b)
 	tr := trackReady(b, "lbb-", arps, macs)
 	idleRSS, _ := ccm.proc.PeakRSS()
-	anon := sampleAnonRSS(ccm.proc.Pid())
-	defer anon.stop()
+	mem := sampleMem(b, ccm.proc.Pid())
 
 	b.Run("1svc", func(b *testing.B) {
 		const samples = 20
@@ -285,7 +284,7 @@ func BenchmarkLBServiceReady(b *testing.B) {
 				// Before any Service: mostly the pages of the binary.
 				b.ReportMetric(float64(idleRSS)/(1<<20), "ccm-idle-rss-MB")
 				// What the CCM allocated itself, without its code.
-				b.ReportMetric(float64(anon.peak())/(1<<20), "ccm-peak-anon-rss-MB")
+				b.ReportMetric(mib(mem.peaks().anon), "ccm-peak-anon-rss-MB")
 			}
 			deleteServicesAndWait(b, prefix, 3*time.Minute)
 		})

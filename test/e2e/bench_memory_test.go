@@ -68,6 +68,11 @@ func BenchmarkCCMMemory(b *testing.B) {
 	b.ReportMetric(mib(max(peak.hwm, end.hwm)), "peak-rss-MiB")
 	b.ReportMetric(mib(end.anon), "end-anon-MiB")
 	b.ReportMetric(mib(end.file), "end-file-MiB")
+	pmd, err := filePmdMapped(ccm.proc.Pid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(mib(pmd), "end-file-pmd-MiB")
 
 	// Which of the file-backed pages the CCM uses: the kernel takes back
 	// every page of its binary and libraries, and the CCM, left at steady
@@ -91,6 +96,28 @@ func BenchmarkCCMMemory(b *testing.B) {
 	}
 	b.ReportMetric(mib(trimmed.file), "paged-out-file-MiB")
 	b.ReportMetric(mib(steady.file), "steady-file-MiB")
+}
+
+// filePmdMapped is how much of process pid's file-backed memory is mapped
+// in 2 MiB pieces (FilePmdMapped): pages of page-cache folios that large,
+// which the kernel maps whole at a fault. A binary the Go linker has just
+// written is cached in such folios; one read back from disk is not, so the
+// file-backed figure depends on how the binary came into the page cache.
+func filePmdMapped(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "FilePmdMapped:"); ok {
+			n, err := kiB(v)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/smaps_rollup: %q: %w", pid, line, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/smaps_rollup has no FilePmdMapped line", pid)
 }
 
 // steadyFileWindow is how long the CCM runs at steady state before the

@@ -129,8 +129,7 @@ func BenchmarkNodeInitialization(b *testing.B) {
 	defer deleteNodes(b)
 	time.Sleep(2 * time.Second) // let the CCM sync its informers
 	idleRSS, _ := ccm.proc.PeakRSS()
-	anon := sampleAnonRSS(ccm.proc.Pid())
-	defer anon.stop()
+	mem := sampleMem(b, ccm.proc.Pid())
 
 	b.Run("1node", func(b *testing.B) {
 		const samples = 20
@@ -164,57 +163,12 @@ func BenchmarkNodeInitialization(b *testing.B) {
 				b.ReportMetric(float64(idleRSS)/(1<<20), "ccm-idle-rss-MB")
 				// What the CCM itself allocated, without the shared pages of
 				// its (70 MB of code) binary and libraries.
-				b.ReportMetric(float64(anon.peak())/(1<<20), "ccm-peak-anon-rss-MB")
+				b.ReportMetric(mib(mem.peaks().anon), "ccm-peak-anon-rss-MB")
 			}
 			deleteNodes(b)
 		})
 	}
 }
-
-// anonSampler tracks the peak of a process's anonymous resident memory
-// (RssAnon), which the kernel does not record itself.
-type anonSampler struct {
-	mu   sync.Mutex
-	max  int64
-	done chan struct{}
-}
-
-func sampleAnonRSS(pid int) *anonSampler {
-	s := &anonSampler{done: make(chan struct{})}
-	go func() {
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-			}
-			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(data), "\n") {
-				if rest, ok := strings.CutPrefix(line, "RssAnon:"); ok {
-					var kb int64
-					fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb)
-					s.mu.Lock()
-					s.max = max(s.max, kb*1024)
-					s.mu.Unlock()
-				}
-			}
-		}
-	}()
-	return s
-}
-
-func (s *anonSampler) peak() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max
-}
-
-func (s *anonSampler) stop() { close(s.done) }
 
 // createAll calls create(0..n-1) from 32 goroutines, as a burst of clients
 // creating objects at once would, and returns when all calls have.
