@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"crypto/tls"
+	"debug/elf"
 	"fmt"
 	"io"
 	"net/http"
@@ -73,6 +74,12 @@ func BenchmarkCCMMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(mib(pmd), "end-file-pmd-MiB")
+	bin, err := elf.Open(env.ccmBin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bin.Close()
+	b.ReportMetric(mib(readOnlyLoadSize(b, bin)), "binary-ro-MiB")
 
 	// Which of the file-backed pages the CCM uses: the kernel takes back
 	// every page of its binary and libraries, and the CCM, left at steady
@@ -226,4 +233,20 @@ func saveProfiles(tb testing.TB, c *ccm, dir, name string) {
 		}
 	}
 	tb.Logf("profiles of the CCM in %s", dir)
+}
+
+// readOnlyLoadSize is how much of an executable the loader maps without
+// write permission: its text and read-only data, what the process's
+// file-backed memory can grow to from the binary itself.
+func readOnlyLoadSize(t testing.TB, f *elf.File) int64 {
+	var n int64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_W == 0 {
+			n += int64(p.Filesz)
+		}
+	}
+	if n == 0 {
+		t.Fatal("the binary has no read-only loadable segment")
+	}
+	return n
 }
