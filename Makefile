@@ -37,8 +37,8 @@ build:
 # The Debian package of the CCM (packaging/nfpm.yaml) into DIST, built with
 # nfpm as a library (hack/pkgtools, its own module, nfpm pinned there) from
 # the binary `make build` stamped, stripped as Debian's dh_strip would (its
-# debug information is 30 MB; Go's stack traces and `go version -m` do not
-# need it). The package's version is VERSION in Debian's order:
+# debug information and symbols are 18 MB; Go's stack traces and `go version -m` do not
+# need them). The package's version is VERSION in Debian's order:
 # v0.1.0-12-gabc1234[-dirty] -> 0.1.0+12.gabc1234[.dirty], v0.2.0-rc.1 -> 0.2.0~rc.1.
 DIST ?= dist
 DEB_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v//; s/-([0-9]+)-g([0-9a-f]+)/+\1.g\2/; s/-dirty$$/.dirty/; s/-/~/g')
