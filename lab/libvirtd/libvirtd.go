@@ -1,6 +1,7 @@
-// Package libvirtd runs libvirtd and virtlogd as child processes, in the
-// caller's network namespace (bridges, dnsmasq and tap devices are created
-// there). There is one libvirtd per host: its sockets have fixed paths.
+// Package libvirtd runs libvirtd (under tini, a subreaper for its QEMU
+// processes) and virtlogd as child processes, in the caller's network
+// namespace (bridges, dnsmasq and tap devices are created there). There is
+// one libvirtd per host: its sockets have fixed paths.
 package libvirtd
 
 import (
@@ -30,10 +31,9 @@ const Socket = "/run/libvirt/libvirt-sock"
 type Daemon struct {
 	logDir   string
 	detached bool
-	libvirtd *controlplane.Process // under tini when detached
+	libvirtd *controlplane.Process // tini, with libvirtd its child
 	virtlogd *controlplane.Process
-	// libvirtdPid is libvirtd's own pid when it runs under tini (from its
-	// pid file); 0 when d.libvirtd is libvirtd itself.
+	// libvirtdPid is libvirtd's own pid (from its pid file); 0 until read.
 	libvirtdPid int
 }
 
@@ -127,9 +127,7 @@ func start(ctx context.Context, logDir string, detached bool) (*Daemon, error) {
 
 func (d *Daemon) run(ctx context.Context, name string) (*controlplane.Process, error) {
 	log := filepath.Join(d.logDir, name+".log")
-	if !d.detached {
-		return controlplane.StartProcess(ctx, log, name)
-	}
+	args := []string{name}
 	if name == "libvirtd" {
 		// libvirt daemonizes QEMU, so a guest's QEMU is an orphan, and
 		// libvirt reports the guest stopped only once that process is
@@ -137,16 +135,21 @@ func (d *Daemon) run(ctx context.Context, name string) (*controlplane.Process, e
 		// which reaps at once, rather than the host's init (which, in a
 		// container host, may reap seconds late).
 		d.libvirtdPid = 0
-		return controlplane.StartDaemon(log, "tini", "-s", "--", name)
+		args = []string{"tini", "-s", "--", name}
+		if !d.detached {
+			// Dies with the caller, as a child process does: tini
+			// passes the signal on to libvirtd.
+			args = []string{"tini", "-s", "-p", "SIGTERM", "--", name}
+		}
 	}
-	return controlplane.StartDaemon(log, name)
+	if !d.detached {
+		return controlplane.StartProcess(ctx, log, args[0], args[1:]...)
+	}
+	return controlplane.StartDaemon(log, args[0], args[1:]...)
 }
 
-// readPid records libvirtd's own pid when it runs under tini.
+// readPid records libvirtd's own pid (it runs under tini).
 func (d *Daemon) readPid() error {
-	if !d.detached {
-		return nil
-	}
 	b, err := os.ReadFile(pidFile)
 	if err == nil {
 		d.libvirtdPid, err = strconv.Atoi(strings.TrimSpace(string(b)))
