@@ -109,11 +109,10 @@ func BenchmarkCCMMemory(b *testing.B) {
 
 // readFromDisk drops path from the page cache, so that the process started
 // next reads it from disk, as an installed daemon's binary is after a boot.
-// The Go linker writes its output through a mapping, which leaves it cached
-// in folios of up to 2 MiB, and the kernel maps a whole folio at a fault:
-// started straight from the linker, the CCM maps 59 MiB of files where read
-// from disk (or from a copy written with write(2), as dpkg installs it) it
-// maps 50.
+// The page cache holds a file in folios as large as the I/O that brought it
+// in, and the kernel maps a whole folio at a fault: the Go linker writes
+// its output through a mapping, in 2 MiB folios, and started straight from
+// it the CCM maps 59 MiB of files where, read from disk, it maps 50.
 func readFromDisk(b *testing.B, path string) {
 	f, err := os.Open(path)
 	if err != nil {
