@@ -112,7 +112,8 @@ func BenchmarkCCMMemory(b *testing.B) {
 // The page cache holds a file in folios as large as the I/O that brought it
 // in, and the kernel maps a whole folio at a fault: the Go linker writes
 // its output through a mapping, in 2 MiB folios, and started straight from
-// it the CCM maps 59 MiB of files where, read from disk, it maps 50.
+// it the CCM maps 59 MiB of files where, read from disk or just unpacked
+// from the .deb by dpkg, it maps 50.
 func readFromDisk(b *testing.B, path string) {
 	f, err := os.Open(path)
 	if err != nil {
