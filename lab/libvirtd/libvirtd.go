@@ -135,12 +135,13 @@ func (d *Daemon) run(ctx context.Context, name string) (*controlplane.Process, e
 		// which reaps at once, rather than the host's init (which, in a
 		// container host, may reap seconds late).
 		d.libvirtdPid = 0
-		args = []string{"tini", "-s", "--", name}
+		tini := []string{"tini", "-s"}
 		if !d.detached {
 			// Dies with the caller, as a child process does: tini
 			// passes the signal on to libvirtd.
-			args = []string{"tini", "-s", "-p", "SIGTERM", "--", name}
+			tini = append(tini, "-p", "SIGTERM")
 		}
+		args = append(tini, "--", name)
 	}
 	if !d.detached {
 		return controlplane.StartProcess(ctx, log, args[0], args[1:]...)

@@ -312,32 +312,33 @@ type procMem struct {
 }
 
 func readProcMem(pid int) (procMem, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	fields, err := procFields(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return procMem{}, err
 	}
 	var m procMem
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		n, err := kiB(v)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "RssAnon":
-			m.anon = n
-		case "RssFile":
-			m.file = n
-		case "VmRSS":
-			m.rss = n
-		case "VmHWM":
-			m.hwm = n
+	for k, dst := range map[string]*int64{"RssAnon": &m.anon, "RssFile": &m.file, "VmRSS": &m.rss, "VmHWM": &m.hwm} {
+		if n, err := kiB(fields[k]); err == nil {
+			*dst = n
 		}
 	}
 	return m, nil
+}
+
+// procFields reads a /proc file of "Key: value" lines (status,
+// smaps_rollup) into a map of trimmed values.
+func procFields(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	return fields, nil
 }
 
 // kiB reads a size as /proc writes it ("  1234 kB"), in bytes.

@@ -154,20 +154,20 @@ func readFromDisk(b *testing.B, path string) {
 // written is cached in such folios; one read back from disk is not, so the
 // file-backed figure depends on how the binary came into the page cache.
 func filePmdMapped(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	path := fmt.Sprintf("/proc/%d/smaps_rollup", pid)
+	fields, err := procFields(path)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "FilePmdMapped:"); ok {
-			n, err := kiB(v)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/smaps_rollup: %q: %w", pid, line, err)
-			}
-			return n, nil
-		}
+	v, ok := fields["FilePmdMapped"]
+	if !ok {
+		return 0, fmt.Errorf("%s has no FilePmdMapped line", path)
 	}
-	return 0, fmt.Errorf("/proc/%d/smaps_rollup has no FilePmdMapped line", pid)
+	n, err := kiB(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: FilePmdMapped %q: %w", path, v, err)
+	}
+	return n, nil
 }
 
 // steadyFileWindow is how long the CCM runs at steady state before the
