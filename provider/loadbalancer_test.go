@@ -329,6 +329,18 @@ func newLBFixture(t *testing.T, pool string, objects ...runtime.Object) *lbFixtu
 		t.Fatal(err)
 	}
 	f.lb = l
+	// After its test, no pass of this fixture may run: the placement loop
+	// outlives ctx by the pass it is in (and may start one more), and the
+	// pass metrics are the process's. Taking the pass token for good waits
+	// out the pass in progress and keeps any later one from starting.
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case l.place.passing <- struct{}{}:
+		case <-time.After(10 * time.Second):
+			t.Error("a placement pass still runs 10 s after its test")
+		}
+	})
 	return f
 }
 
