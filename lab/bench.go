@@ -5,21 +5,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
 	appsv1 "k8s.io/api/apps/v1"
-
-	"github.com/labcloud/labcloud/lab/image"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lab/image"
 )
 
 // BenchResult is what `labcloud bench` measures on a running lab.
@@ -326,15 +325,13 @@ func tainted(n *v1.Node, key string) bool {
 }
 
 func rssMiB(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kb / 1024, err
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	return float64(st.VmRSS) / (1 << 20), nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,8 +139,7 @@ func qemuPid(name string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("QEMU pid file of %s: %w", name, err)
 	}
-	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmd), "guest="+name) {
+	if !argContains(cmdline(pid), "guest="+name) {
 		return 0, fmt.Errorf("pid %d is not the QEMU of %s", pid, name)
 	}
 	return pid, nil
@@ -199,16 +199,8 @@ func processWithCommand(cmd []string) int {
 	if len(cmd) == 0 {
 		return 0
 	}
-	want := strings.Join(cmd, "\x00")
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.TrimSuffix(string(b), "\x00") == want {
-			return pid
-		}
+	if pids := processes(func(args []string) bool { return slices.Equal(args, cmd) }); len(pids) > 0 {
+		return pids[0]
 	}
 	return 0
 }

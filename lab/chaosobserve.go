@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/mdlayher/arp"
+	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
@@ -445,43 +444,22 @@ func qemuStarted(name string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return time.Time{}, err
-	}
-	boot, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return time.Time{}, err
-	}
-	return processStart(string(stat), string(boot))
+	return processStarted(pid)
 }
 
-// userHZ is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
-const userHZ = 100
-
-// processStart reads a process's start time from its /proc/PID/stat and
-// /proc/stat (the boot time).
-func processStart(pidStat, procStat string) (time.Time, error) {
-	i := strings.LastIndexByte(pidStat, ')')
-	if i < 0 {
-		return time.Time{}, errors.New("no command in /proc/PID/stat")
-	}
-	fields := strings.Fields(pidStat[i+1:]) // from field 3, the state
-	if len(fields) < 20 {
-		return time.Time{}, errors.New("short /proc/PID/stat")
-	}
-	ticks, err := strconv.ParseInt(fields[19], 10, 64) // field 22, starttime
+// processStarted is when process pid started, by the host's clock.
+func processStarted(pid int) (time.Time, error) {
+	p, err := procfs.NewProc(pid)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("starttime in /proc/PID/stat: %w", err)
+		return time.Time{}, err
 	}
-	for _, line := range strings.Split(procStat, "\n") {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			btime, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("btime in /proc/stat: %w", err)
-			}
-			return time.Unix(btime, 0).Add(time.Duration(ticks) * time.Second / userHZ), nil
-		}
+	stat, err := p.Stat()
+	if err != nil {
+		return time.Time{}, err
 	}
-	return time.Time{}, errors.New("no btime in /proc/stat")
+	secs, err := stat.StartTime()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, int64(secs*float64(time.Second))), nil
 }

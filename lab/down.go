@@ -6,12 +6,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"libvirt.org/go/libvirt"
 )
 
@@ -91,20 +92,18 @@ func removeGuests(out io.Writer) {
 
 // labQEMU lists QEMU processes that run lab guests.
 func labQEMU() []int {
+	return processes(func(args []string) bool {
+		return argContains(args, "qemu-system") && argContains(args, "guest="+NodePrefix)
+	})
+}
+
+// processes lists the processes whose arguments match.
+func processes(match func(args []string) bool) []int {
 	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		s := string(cmd)
-		if strings.Contains(s, "qemu-system") && strings.Contains(s, "guest="+NodePrefix) {
-			pids = append(pids, pid)
+	procs, _ := procfs.AllProcs()
+	for _, p := range procs {
+		if args, err := p.CmdLine(); err == nil && match(args) {
+			pids = append(pids, p.PID)
 		}
 	}
 	return pids
@@ -112,8 +111,24 @@ func labQEMU() []int {
 
 // isProcess checks that pid still runs the program we started (pids are reused).
 func isProcess(pid int, name string) bool {
-	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(strings.SplitN(string(cmd), "\x00", 2)[0], name)
+	args := cmdline(pid)
+	return len(args) > 0 && strings.Contains(args[0], name)
+}
+
+// cmdline is process pid's arguments; none if it has ended (or is a
+// zombie).
+func cmdline(pid int) []string {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return nil
+	}
+	args, _ := p.CmdLine()
+	return args
+}
+
+// argContains says whether one of args contains s.
+func argContains(args []string, s string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s) })
 }
 
 // stop sends SIGTERM, then SIGKILL after 10 s.
@@ -134,12 +149,12 @@ func stop(pid int) {
 }
 
 func zombie(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return true
 	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	return len(fields) > 0 && fields[0] == "Z"
+	stat, err := p.Stat()
+	return err != nil || stat.State == "Z"
 }
 
 // NodeAction stops, starts or deletes a lab guest's domain.

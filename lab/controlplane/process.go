@@ -1,18 +1,18 @@
 package controlplane
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Process is a child process whose output goes to a log file.
@@ -159,17 +159,13 @@ func (p *Process) Tail(n int) string {
 
 // PeakRSS is the process's peak resident set size in bytes (VmHWM).
 func (p *Process) PeakRSS() (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	proc, err := procfs.NewProc(p.Pid())
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb * 1024, err
-		}
+	st, err := proc.NewStatus()
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no VmHWM for pid %d", p.Pid())
+	return int64(st.VmHWM), nil
 }

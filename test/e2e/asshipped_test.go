@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +24,10 @@ func TestCCMAsShipped(t *testing.T) {
 	requireEnv(t)
 	c := startCCM(t, libvirtCloudConfig())
 
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.proc.Pid()))
+	args, err := cmdline(c.proc.Pid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 	for _, a := range args {
 		for _, bad := range []string{"--leader-elect=false", "--secure-port=0", "--authentication-skip-lookup"} {
 			if a == bad {

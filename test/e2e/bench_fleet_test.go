@@ -7,12 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
@@ -312,39 +312,15 @@ type procMem struct {
 }
 
 func readProcMem(pid int) (procMem, error) {
-	fields, err := procFields(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return procMem{}, err
 	}
-	var m procMem
-	for k, dst := range map[string]*int64{"RssAnon": &m.anon, "RssFile": &m.file, "VmRSS": &m.rss, "VmHWM": &m.hwm} {
-		if n, err := kiB(fields[k]); err == nil {
-			*dst = n
-		}
-	}
-	return m, nil
-}
-
-// procFields reads a /proc file of "Key: value" lines (status,
-// smaps_rollup) into a map of trimmed values.
-func procFields(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
+	st, err := p.NewStatus()
 	if err != nil {
-		return nil, err
+		return procMem{}, err
 	}
-	fields := map[string]string{}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			fields[k] = strings.TrimSpace(v)
-		}
-	}
-	return fields, nil
-}
-
-// kiB reads a size as /proc writes it ("  1234 kB"), in bytes.
-func kiB(v string) (int64, error) {
-	kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-	return kb << 10, err
+	return procMem{anon: int64(st.RssAnon), file: int64(st.RssFile), rss: int64(st.VmRSS), hwm: int64(st.VmHWM)}, nil
 }
 
 // memSampler tracks the peaks of a process's anonymous and file-backed RSS

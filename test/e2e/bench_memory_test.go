@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -154,20 +155,22 @@ func readFromDisk(b *testing.B, path string) {
 // written is cached in such folios; one read back from disk is not, so the
 // file-backed figure depends on how the binary came into the page cache.
 func filePmdMapped(pid int) (int64, error) {
+	// procfs's smaps_rollup reading leaves this line out.
 	path := fmt.Sprintf("/proc/%d/smaps_rollup", pid)
-	fields, err := procFields(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
-	v, ok := fields["FilePmdMapped"]
-	if !ok {
-		return 0, fmt.Errorf("%s has no FilePmdMapped line", path)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "FilePmdMapped:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: FilePmdMapped %q: %w", path, v, err)
+			}
+			return kb << 10, nil
+		}
 	}
-	n, err := kiB(v)
-	if err != nil {
-		return 0, fmt.Errorf("%s: FilePmdMapped %q: %w", path, v, err)
-	}
-	return n, nil
+	return 0, fmt.Errorf("%s has no FilePmdMapped line", path)
 }
 
 // steadyFileWindow is how long the CCM runs at steady state before the
@@ -178,7 +181,11 @@ const steadyFileWindow = 60 * time.Second
 // mapped by process pid (process_madvise MADV_PAGEOUT): clean pages of the
 // binary and its libraries are dropped and read again when next touched.
 func pageOutFileMappings(pid int) error {
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	proc, err := procfs.NewProc(pid)
+	if err != nil {
+		return err
+	}
+	maps, err := proc.ProcMaps()
 	if err != nil {
 		return err
 	}
@@ -187,23 +194,15 @@ func pageOutFileMappings(pid int) error {
 		return fmt.Errorf("pidfd_open %d: %w", pid, err)
 	}
 	defer unix.Close(pidfd)
-	for _, line := range strings.Split(string(maps), "\n") {
-		// "start-end perms offset dev inode path": file mappings have a path.
-		f := strings.Fields(line)
-		if len(f) < 6 || !strings.HasPrefix(f[5], "/") {
+	for _, m := range maps {
+		if !strings.HasPrefix(m.Pathname, "/") { // file mappings have a path
 			continue
-		}
-		lo, hi, _ := strings.Cut(f[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil {
-			return fmt.Errorf("/proc/%d/maps: bad range %q", pid, f[0])
 		}
 		// struct iovec naming a range of the other process's memory, which
 		// this one never dereferences (so not a Go pointer).
-		iov := [2]uintptr{uintptr(start), uintptr(end - start)}
+		iov := [2]uintptr{m.StartAddr, m.EndAddr - m.StartAddr}
 		if _, _, errno := unix.Syscall6(unix.SYS_PROCESS_MADVISE, uintptr(pidfd), uintptr(unsafe.Pointer(&iov)), 1, unix.MADV_PAGEOUT, 0, 0); errno != 0 {
-			return fmt.Errorf("process_madvise MADV_PAGEOUT %s %s: %w", f[0], f[5], errno)
+			return fmt.Errorf("process_madvise MADV_PAGEOUT %x-%x %s: %w", m.StartAddr, m.EndAddr, m.Pathname, errno)
 		}
 	}
 	return nil

@@ -10,11 +10,11 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -272,21 +272,13 @@ func fileSize(path string) int64 {
 // cpuTicks is the process's utime+stime (all threads) in clock ticks.
 func cpuTicks(tb testing.TB, pid int) int64 {
 	tb.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Fields after the command name, which may hold spaces: state is
-	// field 3, utime 14, stime 15.
-	i := strings.LastIndex(string(data), ")")
-	fields := strings.Fields(string(data[i+1:]))
-	if i < 0 || len(fields) < 13 {
-		tb.Fatalf("unexpected /proc/%d/stat: %q", pid, data)
+	stat, err := p.Stat()
+	if err != nil {
+		tb.Fatal(err)
 	}
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		tb.Fatalf("unexpected /proc/%d/stat: %q", pid, data)
-	}
-	return utime + stime
+	return int64(stat.UTime + stat.STime)
 }

@@ -96,12 +96,11 @@ func TestDebPackage(t *testing.T) {
 	// into it).
 	var args []string
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid()))
+		args, err = cmdline(p.Pid())
 		if err != nil {
 			return false, err
 		}
-		args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		return args[0] == argv[0], nil
+		return len(args) > 0 && args[0] == argv[0], nil
 	})
 	if err != nil || !slices.Equal(args, argv) {
 		t.Fatalf("the CCM runs %q, want the unit's %q (%v); log:\n%s", args, argv, err, p.Tail(20))

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/procfs"
 )
 
 // TestQEMUHasASubreaper: libvirt daemonizes QEMU, so a guest's QEMU is an
@@ -20,17 +23,42 @@ func TestQEMUHasASubreaper(t *testing.T) {
 	if err != nil {
 		t.Fatalf("QEMU's pid: %v", err)
 	}
-	qemu := strings.TrimSpace(string(data))
-	status, err := procFields("/proc/" + qemu + "/status")
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("QEMU's pid file: %v", err)
+	}
+	parent, comm, err := parentOf(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := status["PPid"]
-	comm, err := os.ReadFile("/proc/" + parent + "/comm")
+	if comm != "tini" {
+		t.Errorf("QEMU of %s (pid %d) has parent %d (%q), want the tini libvirtd runs under", name, pid, parent, comm)
+	}
+}
+
+// parentOf is process pid's parent and the parent's command name.
+func parentOf(pid int) (int, string, error) {
+	p, err := procfs.NewProc(pid)
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
-	if got := strings.TrimSpace(string(comm)); got != "tini" {
-		t.Errorf("QEMU of %s (pid %s) has parent %s (%q), want the tini libvirtd runs under", name, qemu, parent, got)
+	stat, err := p.Stat()
+	if err != nil {
+		return 0, "", err
 	}
+	parent, err := procfs.NewProc(stat.PPID)
+	if err != nil {
+		return 0, "", err
+	}
+	comm, err := parent.Comm()
+	return stat.PPID, comm, err
+}
+
+// cmdline is process pid's arguments.
+func cmdline(pid int) ([]string, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return nil, err
+	}
+	return p.CmdLine()
 }

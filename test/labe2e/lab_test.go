@@ -260,21 +260,19 @@ func TestLab(t *testing.T) {
 	// Each guest's QEMU, daemonized by libvirtd, is adopted by the tini
 	// that runs libvirtd (a subreaper), which reaps it the moment it dies:
 	// libvirt reports a guest stopped only once its QEMU is reaped.
+	tinis, err := exec.Command("pgrep", "-d,", "-x", "tini").Output()
+	if err != nil {
+		t.Fatalf("no tini runs (libvirtd's): %v", err)
+	}
 	for name := range internalIP {
-		pids, err := exec.Command("pgrep", "-f", "guest="+name+",").Output()
+		match := "guest=" + name + ","
+		all, err := exec.Command("pgrep", "-f", match).Output()
 		if err != nil {
 			t.Fatalf("no QEMU process for %s: %v", name, err)
 		}
-		for _, pid := range strings.Fields(string(pids)) {
-			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
-			fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-			if len(fields) < 2 {
-				t.Errorf("QEMU of %s (pid %s): no /proc stat %q", name, pid, stat)
-				continue
-			}
-			if comm, _ := os.ReadFile("/proc/" + fields[1] + "/comm"); strings.TrimSpace(string(comm)) != "tini" {
-				t.Errorf("QEMU of %s (pid %s) has parent %s (%q), want libvirtd's tini", name, pid, fields[1], comm)
-			}
+		adopted, _ := exec.Command("pgrep", "-P", strings.TrimSpace(string(tinis)), "-f", match).Output()
+		if !bytes.Equal(adopted, all) {
+			t.Errorf("QEMU of %s: processes %q, of which %q are children of a tini (%s); want all", name, all, adopted, tinis)
 		}
 	}
 

@@ -3,12 +3,12 @@ package labe2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/labcloud/labcloud/lab"
@@ -59,24 +59,15 @@ func checkInitialized(t *testing.T, nodes []v1.Node, want int) {
 
 // memory reads a process's current and peak resident set sizes in MiB.
 func memory(pid int) (rss, peak float64, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = kb / 1024
-		case "VmHWM:":
-			peak = kb / 1024
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0, err
 	}
-	return rss, peak, nil
+	return float64(st.VmRSS) / (1 << 20), float64(st.VmHWM) / (1 << 20), nil
 }
 
 func stepSeconds(st *lab.State, prefix string) float64 {
