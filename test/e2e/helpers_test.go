@@ -20,6 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirt"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
 )
@@ -354,4 +356,31 @@ func trackCCM(t testing.TB, c *ccm) {
 		}
 		releaseLeaseIfLast(t, c)
 	})
+}
+
+// parentOf is process pid's parent and the parent's command name.
+func parentOf(pid int) (int, string, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, "", err
+	}
+	stat, err := p.Stat()
+	if err != nil {
+		return 0, "", err
+	}
+	parent, err := procfs.NewProc(stat.PPID)
+	if err != nil {
+		return 0, "", err
+	}
+	comm, err := parent.Comm()
+	return stat.PPID, comm, err
+}
+
+// cmdline is process pid's arguments.
+func cmdline(pid int) ([]string, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return nil, err
+	}
+	return p.CmdLine()
 }

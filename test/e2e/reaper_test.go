@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/procfs"
 )
 
 // TestQEMUHasASubreaper: libvirt daemonizes QEMU, so a guest's QEMU is an
@@ -34,31 +32,4 @@ func TestQEMUHasASubreaper(t *testing.T) {
 	if comm != "tini" {
 		t.Errorf("QEMU of %s (pid %d) has parent %d (%q), want the tini libvirtd runs under", name, pid, parent, comm)
 	}
-}
-
-// parentOf is process pid's parent and the parent's command name.
-func parentOf(pid int) (int, string, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, "", err
-	}
-	stat, err := p.Stat()
-	if err != nil {
-		return 0, "", err
-	}
-	parent, err := procfs.NewProc(stat.PPID)
-	if err != nil {
-		return 0, "", err
-	}
-	comm, err := parent.Comm()
-	return stat.PPID, comm, err
-}
-
-// cmdline is process pid's arguments.
-func cmdline(pid int) ([]string, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return nil, err
-	}
-	return p.CmdLine()
 }
