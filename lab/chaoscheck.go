@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider"
 )
 
 // This file is the decision half of `labcloud chaos`' invariant checks: a
@@ -65,13 +66,15 @@ type SnapNode struct {
 	Excluded bool // node.kubernetes.io/exclude-from-external-load-balancers
 	// Reported is the Ready condition's last heartbeat; NotReady, that the
 	// report said the node is not Ready; Unknown, that Ready is Unknown
-	// (kube-controller-manager stopped hearing from the kubelet).
-	Reported    time.Time
-	NotReady    bool
-	Unknown     bool
-	PodCIDRs    []netip.Prefix
-	InternalIPs []netip.Addr
-	Addresses   []netip.Addr // all addresses, any type
+	// (kube-controller-manager stopped hearing from the kubelet), since
+	// UnknownSince (the condition's last transition).
+	Reported     time.Time
+	NotReady     bool
+	Unknown      bool
+	UnknownSince time.Time
+	PodCIDRs     []netip.Prefix
+	InternalIPs  []netip.Addr
+	Addresses    []netip.Addr // all addresses, any type
 }
 
 // SnapDomain is one libvirt domain.
@@ -130,18 +133,28 @@ func Evaluate(prev, cur *Snapshot) []Condition {
 // node: its domain runs, it is not excluded from load balancers, and it has
 // reported Ready since its domain last went down (before that its status is the
 // one from before; the guest is still booting), in either Node listing.
-func eligibleMACs(s *Snapshot) map[string]string { return macsOfNodes(s, false) }
+func eligibleMACs(s *Snapshot) map[string]string {
+	return macsOfNodes(s, func(SnapNode) bool { return false })
+}
 
-// keepingMACs are eligibleMACs plus the nodes whose Ready is Unknown: when
-// no node is eligible, a VIP stays with the node answering it if that node
-// is Unknown (the CCM does not withdraw VIPs for a control-plane outage).
-func keepingMACs(s *Snapshot) map[string]string { return macsOfNodes(s, true) }
+// keepingMACs are eligibleMACs plus the nodes whose Ready is Unknown that
+// may keep the VIPs they answer (the CCM does not move VIPs for a
+// control-plane outage): every such node when no node is eligible
+// (noneEligible), else those that went Unknown less than
+// provider.UnknownHold before the snapshot.
+func keepingMACs(s *Snapshot, noneEligible bool) map[string]string {
+	return macsOfNodes(s, func(n SnapNode) bool {
+		return n.Unknown && (noneEligible || s.At.Before(n.UnknownSince.Add(provider.UnknownHold)))
+	})
+}
 
-func macsOfNodes(s *Snapshot, unknownToo bool) map[string]string {
+// macsOfNodes maps the MACs of the nodes that may answer to the nodes; a
+// node not Ready may if keeps says so.
+func macsOfNodes(s *Snapshot, keeps func(SnapNode) bool) map[string]string {
 	out := map[string]string{}
 	for _, n := range slices.Concat(s.Nodes, s.NodesAfter) {
 		d, ok := s.Domains[n.Name]
-		notReady := n.NotReady && !(unknownToo && n.Unknown)
+		notReady := n.NotReady && !keeps(n)
 		if !ok || !d.Running || n.Excluded || notReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) {
 			continue
 		}
@@ -180,8 +193,8 @@ func checkVIPAnswers(s *Snapshot) []Condition {
 			c.Detail = fmt.Sprintf("answered by %d MACs: %s", len(macs), strings.Join(macs, ", "))
 		case len(s.Domains) == 0:
 			continue // libvirt has not answered yet: nothing to judge the MAC by
-		case len(eligible) == 0 && narrowByEndpoints(keepingMACs(s), s.Services, vip)[macs[0]] != "":
-			continue // kept by an Unknown node while none is eligible
+		case narrowByEndpoints(keepingMACs(s, len(eligible) == 0), s.Services, vip)[macs[0]] != "":
+			continue // eligible, or kept by an Unknown node
 		case eligible[macs[0]] == "":
 			if len(eligible) == 0 {
 				c.Detail = fmt.Sprintf("answered by %s, and no node is eligible", whoseMAC(s, macs[0]))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -87,9 +88,12 @@ func TestEvaluate(t *testing.T) {
 			s.Nodes[0].NotReady, s.Nodes[0].Unknown = true, true
 			s.Nodes[1].NotReady, s.Nodes[1].Unknown = true, true
 		}},
-		{name: "an Unknown node keeps a VIP another node is eligible for", change: func(s *Snapshot) {
-			s.Nodes[0].NotReady, s.Nodes[0].Unknown = true, true
+		{name: "an Unknown node keeps a VIP another node is eligible for, past its hold", change: func(s *Snapshot) {
+			s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(-provider.UnknownHold)
 		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
+		{name: "an Unknown node keeps a VIP another node is eligible for, within its hold", change: func(s *Snapshot) {
+			s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(time.Second-provider.UnknownHold)
+		}},
 		{name: "a node reported NotReady keeps a VIP", change: func(s *Snapshot) {
 			s.Nodes[0].NotReady = true
 			s.Nodes[1].NotReady, s.Nodes[1].Unknown = true, true

@@ -300,6 +300,9 @@ func snapNode(n *v1.Node) SnapNode {
 	for _, c := range n.Status.Conditions {
 		if c.Type == v1.NodeReady {
 			sn.Reported, sn.NotReady, sn.Unknown = c.LastHeartbeatTime.Time, c.Status != v1.ConditionTrue, c.Status == v1.ConditionUnknown
+			if sn.Unknown {
+				sn.UnknownSince = c.LastTransitionTime.Time
+			}
 		}
 	}
 	cidrs := n.Spec.PodCIDRs

@@ -911,13 +911,15 @@ func TestLoadBalancerSkipsNodesOffTheBridge(t *testing.T) {
 }
 
 // setReady sets a test Node's Ready condition as kube-controller-manager
-// (Unknown, NodeStatusUnknown) or a kubelet (True, False) reports it.
-func (f *lbFixture) setReady(n testNode, status v1.ConditionStatus) {
+// (Unknown, NodeStatusUnknown) or a kubelet (True, False) reports it, the
+// status having changed at changed.
+func (f *lbFixture) setReady(n testNode, status v1.ConditionStatus, changed time.Time) {
 	f.t.Helper()
 	obj := n.object()
-	obj.Status.Conditions[0].Status = status
+	c := &obj.Status.Conditions[0]
+	c.Status, c.LastTransitionTime = status, metav1.NewTime(changed)
 	if status == v1.ConditionUnknown {
-		obj.Status.Conditions[0].Reason = "NodeStatusUnknown"
+		c.Reason = "NodeStatusUnknown"
 	}
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, obj, metav1.UpdateOptions{}); err != nil {
 		f.t.Fatal(err)
@@ -935,8 +937,10 @@ func TestVIPStaysWhileEveryNodeIsUnknown(t *testing.T) {
 	first, _ := nodeOf(f.ann.answering(vip))
 	other := otherNode(first)
 
-	f.setReady(other, v1.ConditionUnknown)
-	f.setReady(first, v1.ConditionUnknown)
+	// Unknown for longer than the hold: only a Ready node would take it.
+	long := time.Now().Add(-2 * UnknownHold)
+	f.setReady(other, v1.ConditionUnknown, long)
+	f.setReady(first, v1.ConditionUnknown, long)
 	time.Sleep(100 * time.Millisecond) // the loop's passes on both updates
 	f.lb.place.sync(f.ctx, nil)
 	if f.ann.removed(vip) || f.ann.answering(vip).String() != first.mac.String() {
@@ -944,10 +948,37 @@ func TestVIPStaysWhileEveryNodeIsUnknown(t *testing.T) {
 			first.mac, f.ann.answering(vip), f.ann.removed(vip), f.drain())
 	}
 
-	f.setReady(other, v1.ConditionTrue)
+	f.setReady(other, v1.ConditionTrue, time.Now())
 	f.waitFor("move to the Node that reported Ready", func() bool { return f.ann.answering(vip).String() == other.mac.String() })
 
-	f.setReady(first, v1.ConditionUnknown)
-	f.setReady(other, v1.ConditionFalse)
+	f.setReady(first, v1.ConditionUnknown, long)
+	f.setReady(other, v1.ConditionFalse, time.Now())
 	f.waitFor("withdrawn from the Node its kubelet reports NotReady", func() bool { return f.ann.removed(vip) && f.ann.answering(vip) == nil })
+}
+
+// TestUnknownNodeKeepsVIPsForTheHold: the kubelets report again one by one
+// after a control-plane outage. The first node back Ready does not take the
+// VIPs of nodes that went Unknown less than UnknownHold ago; once their
+// hold is over, a pass (with no other change to start it) moves them.
+func TestUnknownNodeKeepsVIPsForTheHold(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
+	vip := f.mustEnsure(lbService("web"))
+	first, _ := nodeOf(f.ann.answering(vip))
+	other := otherNode(first)
+
+	f.setReady(first, v1.ConditionUnknown, time.Now())
+	f.setReady(other, v1.ConditionTrue, time.Now())
+	time.Sleep(100 * time.Millisecond) // the loop's passes on both updates
+	f.lb.place.sync(f.ctx, nil)
+	if got := f.ann.answering(vip); got.String() != first.mac.String() {
+		t.Fatalf("the VIP left the node Unknown for 0 s of the %v hold: answered by %v, want %s; events %q", UnknownHold, got, first.mac, f.drain())
+	}
+
+	// The hold ends 300 ms from now; nothing else changes after this.
+	f.setReady(first, v1.ConditionUnknown, time.Now().Add(300*time.Millisecond-UnknownHold))
+	time.Sleep(100 * time.Millisecond)
+	if got := f.ann.answering(vip); got.String() != first.mac.String() {
+		t.Fatalf("the VIP left before its hold ended: answered by %v, want %s", got, first.mac)
+	}
+	f.waitFor("move to the Ready node once the hold is over", func() bool { return f.ann.answering(vip).String() == other.mac.String() })
 }

@@ -56,6 +56,17 @@ const (
 	connectionPoll  = 500 * time.Millisecond
 )
 
+// UnknownHold is how long a node whose Ready turned Unknown keeps the VIPs
+// it answers, while its domain runs, even when other nodes are Ready. After
+// a control-plane outage kube-controller-manager marks every Node Unknown
+// at once, and the kubelets report again one by one within their 10 s
+// status period: without the hold the first to report would take every
+// VIP, and the others would take theirs back seconds later (two moves, and
+// the connections through them cut, for a blip that never touched the
+// data plane). A node whose kubelet really stopped loses its VIPs to a
+// Ready node once the hold is over; with no Ready node it keeps them.
+const UnknownHold = 30 * time.Second
+
 // nodeFacts is what placement knows of one Node's domain.
 type nodeFacts struct {
 	uuid  string
@@ -103,6 +114,9 @@ type placement struct {
 	// known holds each Node's last facts, used while its hypervisor
 	// cannot be asked: an unreachable hypervisor is not a dead node.
 	known map[string]nodeFacts
+	// holdEnds pokes a pass when the earliest UnknownHold of the last
+	// pass is over; the pass owns it.
+	holdEnds *time.Timer
 
 	mu sync.Mutex
 	// reportAt is when this process saw a Node's Ready report change, by
@@ -172,27 +186,6 @@ func (p *placement) watch(factory informers.SharedInformerFactory, recorder reco
 	return err
 }
 
-// readyHeartbeat is the Ready condition's heartbeat (the kubelet's clock).
-func readyHeartbeat(n *v1.Node) time.Time {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.LastHeartbeatTime.Time
-		}
-	}
-	return time.Time{}
-}
-
-// readyReport identifies the Node's last Ready report (status and
-// heartbeat, compared as values, never against a clock).
-func readyReport(n *v1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return string(c.Status) + "@" + c.LastHeartbeatTime.UTC().String()
-		}
-	}
-	return ""
-}
-
 // poke asks the loop for a pass; pokes coalesce.
 func (p *placement) poke() {
 	select {
@@ -240,6 +233,11 @@ func (p *placement) run(ctx context.Context) {
 			return
 		case <-p.kick:
 		case <-ticker.C:
+		}
+		// select picks at random among ready cases: a kick or a tick
+		// pending when ctx ends must not start one more pass.
+		if ctx.Err() != nil {
+			return
 		}
 		p.sync(ctx, nil)
 	}
@@ -381,6 +379,8 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 	// goes via the first maxSpreadPaths.
 	ranked := lb.Place(want, maxSpreadPaths)
 	current := p.ann.Answering()
+	started := time.Now()
+	var holdEnds time.Time // the earliest UnknownHold that keeps a VIP from a Ready node
 
 	for ip := range current {
 		if _, held := holders[ip]; held {
@@ -402,12 +402,17 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 		if now != nil && snap.unavailable && (from == "" || !snap.facts[from].fresh) {
 			continue
 		}
+		if now != nil {
+			if until, ok := p.keepOnUnknown(snap, now, hs, given); ok && (to == "" || started.Before(until)) {
+				if to != "" && (holdEnds.IsZero() || until.Before(holdEnds)) {
+					holdEnds = until
+				}
+				continue
+			}
+		}
 		if to == "" {
 			if now == nil {
 				p.eventOnce(hs, given, ip)
-				continue
-			}
-			if p.keepOnUnknown(snap, now, hs, given) {
 				continue
 			}
 			if err := p.ann.Remove(ip); err != nil {
@@ -449,23 +454,38 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 	}
 	p.applySpread(ctx, snap, ranked, holders, given)
 	p.conds.update(p.answers(snap, holders))
+	p.wakeAt(holdEnds)
 }
 
-// keepOnUnknown says whether a VIP that no node is eligible for stays with
-// the node answering it (MAC now): its Node is Unknown, not reported
-// NotReady, its domain runs, and the Services' policies allow it. After a
-// control-plane outage kube-controller-manager marks every Node Unknown
-// until the kubelets report again; withdrawing every VIP then would turn a
-// control-plane blip into a data-plane outage. Any Node that reports Ready
-// takes the VIP as usual.
-func (p *placement) keepOnUnknown(snap snapshot, now net.HardwareAddr, holders []string, given givenServices) bool {
+// wakeAt pokes a pass at t (none if t is zero), replacing the last pass's.
+func (p *placement) wakeAt(t time.Time) {
+	if p.holdEnds != nil {
+		p.holdEnds.Stop()
+	}
+	if !t.IsZero() {
+		p.holdEnds = time.AfterFunc(time.Until(t), p.poke)
+	}
+}
+
+// keepOnUnknown says whether the VIP answered by MAC now may stay with its
+// node while the node is Unknown, and until when it keeps the VIP from a
+// Ready node (its Ready's transition plus UnknownHold); when no node is
+// eligible it keeps it for as long as that holds. It may stay if its Node
+// is Unknown (kube-controller-manager stopped hearing from the kubelet),
+// not reported NotReady, its domain runs, and the Services' policies allow
+// it: withdrawing or moving every VIP after a control-plane outage would
+// turn a blip into a data-plane outage.
+func (p *placement) keepOnUnknown(snap snapshot, now net.HardwareAddr, holders []string, given givenServices) (time.Time, bool) {
 	h, ok := snap.byMAC[now.String()]
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
 	f, unknown := snap.unknown[h.node]
-	return unknown && f.fresh && bytes.Equal(f.mac, now) && p.eligible(h.node, f) &&
-		slices.Contains(p.narrow([]string{h.node}, holders, given), h.node)
+	if !unknown || !f.fresh || !bytes.Equal(f.mac, now) || !p.eligible(h.node, f) ||
+		!slices.Contains(p.narrow([]string{h.node}, holders, given), h.node) {
+		return time.Time{}, false
+	}
+	return readyChanged(snap.listed[h.node]).Add(UnknownHold), true
 }
 
 // moveReason tells why the node answering for a VIP with mac no longer
@@ -693,12 +713,32 @@ func nodeReady(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue }
 // kubelet within its grace period (or the kubelet never reported).
 func readyUnknown(n *v1.Node) bool { return readyStatus(n) == v1.ConditionUnknown }
 
-// readyStatus is the status of the Node's Ready condition; "" without one.
-func readyStatus(n *v1.Node) v1.ConditionStatus {
+// readyCondition is the Node's Ready condition; an empty one without it.
+func readyCondition(n *v1.Node) v1.NodeCondition {
 	for _, c := range n.Status.Conditions {
 		if c.Type == v1.NodeReady {
-			return c.Status
+			return c
 		}
 	}
-	return ""
+	return v1.NodeCondition{}
+}
+
+// readyStatus is the status of the Node's Ready condition; "" without one.
+func readyStatus(n *v1.Node) v1.ConditionStatus { return readyCondition(n).Status }
+
+// readyHeartbeat is the Ready condition's heartbeat (the kubelet's clock).
+func readyHeartbeat(n *v1.Node) time.Time { return readyCondition(n).LastHeartbeatTime.Time }
+
+// readyChanged is when the Node's Ready condition last changed status, by
+// the clock of whoever changed it (for Unknown, kube-controller-manager's).
+func readyChanged(n *v1.Node) time.Time { return readyCondition(n).LastTransitionTime.Time }
+
+// readyReport identifies the Node's last Ready report (status and
+// heartbeat, compared as values, never against a clock).
+func readyReport(n *v1.Node) string {
+	c := readyCondition(n)
+	if c.Type == "" {
+		return ""
+	}
+	return string(c.Status) + "@" + c.LastHeartbeatTime.UTC().String()
 }

@@ -1,9 +1,16 @@
 package e2e
 
 import (
+	"context"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/labcloud/labcloud/provider"
 )
 
 // TestLBFaultsAPIServerOutage: two replicas with leader election as
@@ -43,11 +50,31 @@ func TestLBFaultsAPIServerOutage(t *testing.T) {
 	t.Cleanup(resume)
 	time.Sleep(60 * time.Second)
 	resume()
-	time.Sleep(5 * time.Second)
+	// The probe goes on until every node has reported Ready again (their
+	// "kubelets" report every 10 s, one by one, and kube-controller-manager
+	// may mark them Unknown first), and 2 s more: the VIP must not move
+	// while they come back.
+	back := time.Now().Truncate(time.Second)
+	var unknown []string
+	for name := range macs {
+		waitNode(t, name, "a Ready report after the outage", 60*time.Second, func(n *v1.Node) bool {
+			for _, c := range n.Status.Conditions {
+				if c.Type != v1.NodeReady {
+					continue
+				}
+				if c.Status == v1.ConditionUnknown && !slices.Contains(unknown, name) {
+					unknown = append(unknown, name)
+				}
+				return c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(back)
+			}
+			return false
+		})
+	}
+	time.Sleep(2 * time.Second)
 	probe.end()
 	sent, missed, wrong := probe.counts()
-	t.Logf("API server stopped 60 s: %d ARP probes at 5/s, %d unanswered, other MACs %v; leader exited: %v",
-		sent, missed, wrong, first.proc.Exited())
+	t.Logf("API server stopped 60 s: %d ARP probes at 5/s, %d unanswered, other MACs %v; leader exited: %v; Nodes seen Unknown after: %v",
+		sent, missed, wrong, first.proc.Exited(), unknown)
 	if missed != 0 || len(wrong) != 0 {
 		t.Errorf("VIP %s across a 60 s API server outage: %d of %d probes unanswered, other MACs %v", vip, missed, sent, wrong)
 	}
@@ -63,4 +90,46 @@ func TestLBFaultsAPIServerOutage(t *testing.T) {
 	createLBService(t, "outage-after", nil)
 	after, _ := waitVIP(t, "outage-after", 60*time.Second)
 	waitNodeARP(t, client, after, macs, 10*time.Second)
+}
+
+// TestLBUnknownNodeKeepsItsVIP: after a control-plane outage
+// kube-controller-manager marks every Node Unknown, and the kubelets report
+// again one by one. The first node back Ready does not take the VIP of a
+// node still Unknown whose domain runs; once provider.UnknownHold has
+// passed with that node still Unknown, the Ready node takes it.
+func TestLBUnknownNodeKeepsItsVIP(t *testing.T) {
+	requireEnv(t)
+	startCCM(t, lbCloudConfig("10.88.0.98-10.88.0.99"), lbControllers)
+	servicesGoneAtEnd(t, "unknown-")
+	macs := lbNodes(t, "e2e-unknown", 2)
+	client := newLANClient(t, "10.88.0.13/24")
+	createLBService(t, "unknown-web", nil)
+	vip, _ := waitVIP(t, "unknown-web", 30*time.Second)
+	answering := waitNodeARP(t, client, vip, macs, 10*time.Second)
+	other := otherNode(macs, answering)
+
+	unknownAt := time.Now().Truncate(time.Second) // the condition's time has whole seconds
+	setReady(t, answering, v1.ConditionUnknown)
+	setReady(t, other, v1.ConditionUnknown)
+	setReady(t, other, v1.ConditionTrue)
+	probe := probeARP(t, client, vip, macs[answering])
+	time.Sleep(5 * time.Second)
+	probe.end()
+	if sent, missed, wrong := probe.counts(); missed != 0 || len(wrong) != 0 {
+		t.Errorf("VIP %s while %s is Unknown and %s Ready again: %d of %d probes unanswered, other MACs %v, want all %s",
+			vip, answering, other, missed, sent, wrong, macs[answering])
+	}
+
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, provider.UnknownHold+15*time.Second, true, func(context.Context) (bool, error) {
+		mac, err := client.resolve(vip, 300*time.Millisecond)
+		return err == nil && mac.String() == macs[other].String(), nil
+	})
+	after := time.Since(unknownAt)
+	t.Logf("VIP %s moved to the Ready node %s %v after %s went Unknown (hold %v)", vip, other, after.Round(100*time.Millisecond), answering, provider.UnknownHold)
+	if err != nil {
+		t.Fatalf("VIP %s still not answered by the Ready node %s %v after %s went Unknown", vip, other, after.Round(time.Second), answering)
+	}
+	if after < provider.UnknownHold {
+		t.Errorf("VIP %s left the Unknown node %s after %v, before its %v hold", vip, answering, after, provider.UnknownHold)
+	}
 }
