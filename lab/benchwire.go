@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,13 +156,6 @@ func (w *wireWatch) first(list *[]wireSeen, since time.Time, other net.HardwareA
 		}
 	}
 	return wireSeen{}, false
-}
-
-// seen returns copies of everything recorded so far.
-func (w *wireWatch) seen() (garps, neighs []wireSeen) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.garps), slices.Clone(w.neighs)
 }
 
 // wait returns once find reports an observation or ctx ends, with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -201,4 +202,11 @@ func TestGratuitousFor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seen returns copies of everything recorded so far.
+func (w *wireWatch) seen() (garps, neighs []wireSeen) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.garps), slices.Clone(w.neighs)
 }

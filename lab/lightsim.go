@@ -137,7 +137,7 @@ func (s *simulator) registerUntilDone(ctx context.Context, i int) {
 func (s *simulator) register(ctx context.Context, i int) error {
 	name := s.name(i)
 	nodes := s.opts.Client.CoreV1().Nodes()
-	node, err := nodes.Create(ctx, kubeletsim.NewNode(name, nil, s.host(i), time.Now()), metav1.CreateOptions{})
+	node, err := nodes.Create(ctx, kubeletsim.NewNode(name, s.host(i), time.Now()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		node, err = nodes.Get(ctx, name, metav1.GetOptions{})
 	}

@@ -95,6 +95,3 @@ func score(vh uint64, node string) uint64 {
 	h ^= h >> 31
 	return h
 }
-
-// hashOf is score for one (vip, node) pair, for tests.
-func hashOf(vip netip.Addr, node string) uint64 { return score(vipHash(vip), node) }

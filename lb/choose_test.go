@@ -153,3 +153,6 @@ func TestRanked(t *testing.T) {
 		t.Errorf("Ranked of none: %v", got)
 	}
 }
+
+// hashOf is score for one (vip, node) pair.
+func hashOf(vip netip.Addr, node string) uint64 { return score(vipHash(vip), node) }

@@ -4,11 +4,7 @@
 package kubeletsim
 
 import (
-	"encoding/json"
-	"fmt"
-	"maps"
 	"runtime"
-	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -71,25 +67,14 @@ func (h Host) capacity() v1.ResourceList {
 	}
 }
 
-// DefaultLabels are the labels a kubelet sets on its Node; all of them are
+// labels are the labels a kubelet sets on its Node; all of them are
 // allowed to a node by NodeRestriction.
-func DefaultLabels(nodeName string) map[string]string {
+func labels(nodeName string) map[string]string {
 	return map[string]string{
 		v1.LabelHostname:   nodeName,
 		v1.LabelOSStable:   runtime.GOOS,
 		v1.LabelArchStable: runtime.GOARCH,
 	}
-}
-
-// wantLabels merges the default labels with the configured ones; the
-// defaults win.
-func wantLabels(nodeName string, extra map[string]string) map[string]string {
-	out := maps.Clone(extra)
-	if out == nil {
-		out = map[string]string{}
-	}
-	maps.Copy(out, DefaultLabels(nodeName))
-	return out
 }
 
 // conditionSpec is one node condition the simulated kubelet reports.
@@ -109,15 +94,15 @@ var conditions = []conditionSpec{
 	{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "the simulated kubelet is posting ready status"},
 }
 
-// NewNode is the Node the simulated kubelet creates: default and configured labels, the
+// NewNode is the Node the simulated kubelet creates: a kubelet's labels, the
 // uninitialized taint, no providerID (the cloud-controller-manager sets it)
 // and a full status, so the cloud-controller-manager sees the system UUID
 // from the first event.
-func NewNode(name string, labels map[string]string, host Host, now time.Time) *v1.Node {
+func NewNode(name string, host Host, now time.Time) *v1.Node {
 	node := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
-			Labels: wantLabels(name, labels),
+			Labels: labels(name),
 		},
 		Spec: v1.NodeSpec{
 			Taints: []v1.Taint{UninitializedTaint},
@@ -134,113 +119,6 @@ func NewNode(name string, labels map[string]string, host Host, now time.Time) *v
 		})
 	}
 	return node
-}
-
-// LabelPatch is the strategic merge patch that adds missing or different
-// wanted labels to an existing Node, or nil when nothing is to be done. It
-// never removes labels and never touches taints (NodeRestriction forbids a
-// node to change its own taints).
-func LabelPatch(node *v1.Node, labels map[string]string) ([]byte, error) {
-	want := wantLabels(node.Name, labels)
-	diff := map[string]string{}
-	for _, k := range slices.Sorted(maps.Keys(want)) {
-		if v, ok := node.Labels[k]; !ok || v != want[k] {
-			diff[k] = want[k]
-		}
-	}
-	if len(diff) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": diff}})
-	if err != nil {
-		return nil, fmt.Errorf("encode label patch: %w", err)
-	}
-	return b, nil
-}
-
-type statusPatch struct {
-	Status statusPatchBody `json:"status"`
-}
-
-type statusPatchBody struct {
-	Conditions  []v1.NodeCondition `json:"conditions,omitempty"`
-	NodeInfo    *v1.NodeSystemInfo `json:"nodeInfo,omitempty"`
-	Capacity    v1.ResourceList    `json:"capacity,omitempty"`
-	Allocatable v1.ResourceList    `json:"allocatable,omitempty"`
-}
-
-// StatusPatch is the strategic merge patch for nodes/status that brings the
-// observed Node to what the simulated kubelet reports, or nil when nothing is due:
-//   - Ready is refreshed (new heartbeat) when it is older than refresh, or
-//     when it is not True/KubeletReady (say the node lifecycle controller set
-//     it Unknown);
-//   - the pressure conditions only when they are missing or wrong;
-//   - nodeInfo, capacity and allocatable only when they differ.
-//
-// Conditions merge by type, so conditions owned by others (NetworkUnavailable)
-// are left alone. A condition keeps its lastTransitionTime while its status
-// does not change.
-func StatusPatch(node *v1.Node, host Host, now time.Time, refresh time.Duration) ([]byte, error) {
-	var body statusPatchBody
-	t := metav1.NewTime(now)
-	for _, c := range conditions {
-		cur := findCondition(node.Status.Conditions, c.Type)
-		due := cur == nil || cur.Status != c.Status || cur.Reason != c.Reason || cur.Message != c.Message
-		if c.Type == v1.NodeReady && cur != nil && now.Sub(cur.LastHeartbeatTime.Time) >= refresh {
-			due = true
-		}
-		if !due {
-			continue
-		}
-		transition := t
-		if cur != nil && cur.Status == c.Status && !cur.LastTransitionTime.IsZero() {
-			transition = cur.LastTransitionTime
-		}
-		body.Conditions = append(body.Conditions, v1.NodeCondition{
-			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
-			LastHeartbeatTime: t, LastTransitionTime: transition,
-		})
-	}
-	info := host.nodeInfo()
-	cur := node.Status.NodeInfo
-	cur.Swap = nil
-	if cur != info {
-		body.NodeInfo = &info
-	}
-	capacity := host.capacity()
-	if !sameResources(node.Status.Capacity, capacity) || !sameResources(node.Status.Allocatable, capacity) {
-		body.Capacity = capacity
-		body.Allocatable = capacity
-	}
-	if body.Conditions == nil && body.NodeInfo == nil && body.Capacity == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(statusPatch{Status: body})
-	if err != nil {
-		return nil, fmt.Errorf("encode status patch: %w", err)
-	}
-	return b, nil
-}
-
-func findCondition(cs []v1.NodeCondition, t v1.NodeConditionType) *v1.NodeCondition {
-	for i := range cs {
-		if cs[i].Type == t {
-			return &cs[i]
-		}
-	}
-	return nil
-}
-
-// sameResources says whether have holds every quantity in want, equal.
-// Extra resources in have (added by others) do not matter.
-func sameResources(have, want v1.ResourceList) bool {
-	for k, q := range want {
-		h, ok := have[k]
-		if !ok || h.Cmp(q) != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // LeaseDuration is the lease duration the simulated kubelet declares, as a kubelet does.
