@@ -19,6 +19,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	nodeutil "k8s.io/component-helpers/node/util"
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/lb"
@@ -114,9 +115,9 @@ type placement struct {
 	// known holds each Node's last facts, used while its hypervisor
 	// cannot be asked: an unreachable hypervisor is not a dead node.
 	known map[string]nodeFacts
-	// holdEnds pokes a pass when the earliest UnknownHold of the last
+	// holdTimer pokes a pass when the earliest UnknownHold of the last
 	// pass is over; the pass owns it.
-	holdEnds *time.Timer
+	holdTimer *time.Timer
 
 	mu sync.Mutex
 	// reportAt is when this process saw a Node's Ready report change, by
@@ -459,11 +460,11 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 
 // wakeAt pokes a pass at t (none if t is zero), replacing the last pass's.
 func (p *placement) wakeAt(t time.Time) {
-	if p.holdEnds != nil {
-		p.holdEnds.Stop()
+	if p.holdTimer != nil {
+		p.holdTimer.Stop()
 	}
 	if !t.IsZero() {
-		p.holdEnds = time.AfterFunc(time.Until(t), p.poke)
+		p.holdTimer = time.AfterFunc(time.Until(t), p.poke)
 	}
 }
 
@@ -715,10 +716,8 @@ func readyUnknown(n *v1.Node) bool { return readyStatus(n) == v1.ConditionUnknow
 
 // readyCondition is the Node's Ready condition; an empty one without it.
 func readyCondition(n *v1.Node) v1.NodeCondition {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c
-		}
+	if _, c := nodeutil.GetNodeCondition(&n.Status, v1.NodeReady); c != nil {
+		return *c
 	}
 	return v1.NodeCondition{}
 }

@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	nodeutil "k8s.io/component-helpers/node/util"
 
 	"github.com/labcloud/labcloud/provider"
 )
@@ -58,16 +59,11 @@ func TestLBFaultsAPIServerOutage(t *testing.T) {
 	var unknown []string
 	for name := range macs {
 		waitNode(t, name, "a Ready report after the outage", 60*time.Second, func(n *v1.Node) bool {
-			for _, c := range n.Status.Conditions {
-				if c.Type != v1.NodeReady {
-					continue
-				}
-				if c.Status == v1.ConditionUnknown && !slices.Contains(unknown, name) {
-					unknown = append(unknown, name)
-				}
-				return c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(back)
+			_, c := nodeutil.GetNodeCondition(&n.Status, v1.NodeReady)
+			if c != nil && c.Status == v1.ConditionUnknown && !slices.Contains(unknown, name) {
+				unknown = append(unknown, name)
 			}
-			return false
+			return c != nil && c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(back)
 		})
 	}
 	time.Sleep(2 * time.Second)
