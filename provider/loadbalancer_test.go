@@ -974,8 +974,9 @@ func TestUnknownNodeKeepsVIPsForTheHold(t *testing.T) {
 		t.Fatalf("the VIP left the node Unknown for 0 s of the %v hold: answered by %v, want %s; events %q", UnknownHold, got, first.mac, f.drain())
 	}
 
-	// The hold ends 300 ms from now; nothing else changes after this.
-	f.setReady(first, v1.ConditionUnknown, time.Now().Add(300*time.Millisecond-UnknownHold))
+	// The hold ends 1 s from now (room for a loaded machine to make the
+	// check below first); nothing else changes after this.
+	f.setReady(first, v1.ConditionUnknown, time.Now().Add(time.Second-UnknownHold))
 	time.Sleep(100 * time.Millisecond)
 	if got := f.ann.answering(vip); got.String() != first.mac.String() {
 		t.Fatalf("the VIP left before its hold ended: answered by %v, want %s", got, first.mac)
