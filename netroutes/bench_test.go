@@ -44,7 +44,7 @@ func BenchmarkReconcile1000(b *testing.B) {
 	for range b.N {
 		n := newTestNS(b)
 		n.addBridge(b, 1, subnet)
-		m, err := New(n.h, Config{Bridge: labBridge})
+		m, err := New(n.handle(b), Config{Bridge: labBridge})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -83,4 +83,59 @@ func BenchmarkReconcile1000(b *testing.B) {
 	b.ReportMetric(ms(ipBatch), "ms/ip-batch")
 	b.ReportMetric(float64(converge)/float64(ipBatch), "x-ip-batch")
 	b.ReportMetric(float64(secondPass)/float64(b.N), "writes/2nd-pass")
+}
+
+// BenchmarkConvergedPasses is what placement and the route controller pay
+// at steady state with 1000 VIPs spread over 16 next hops each beside 256
+// pod-CIDR routes, in one namespace: a VIP ReconcilePaths that finds every
+// route in place (vip-pass) and the pod-CIDR Manager's List, which the
+// route controller runs every 2 s (pod-list). Read B/op and allocs/op.
+func BenchmarkConvergedPasses(b *testing.B) {
+	n := newTestNS(b)
+	n.addBridge(b, 1, "10.88.0.1/16")
+	pods, err := New(n.handle(b), Config{Bridge: labBridge})
+	if err != nil {
+		b.Fatal(err)
+	}
+	vips, err := New(n.handle(b), Config{Bridge: labBridge, Protocol: VIPProtocol})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var podRoutes []Route
+	for i := range 256 {
+		podRoutes = append(podRoutes, Route{
+			Dst:     netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
+			Gateway: netip.AddrFrom4([4]byte{10, 88, 1, byte(1 + i)}),
+		})
+	}
+	if _, err := pods.Reconcile(podRoutes); err != nil {
+		b.Fatal(err)
+	}
+	var paths []Paths
+	for i := range benchRoutes {
+		p := Paths{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 89, byte(i / 256), byte(i % 256)}), 32)}
+		for j := range 16 {
+			p.Gateways = append(p.Gateways, netip.AddrFrom4([4]byte{10, 88, 2 + byte(j), byte(1 + (i+j)%250)}))
+		}
+		paths = append(paths, p)
+	}
+	if w, err := vips.ReconcilePaths(paths); err != nil || w != benchRoutes {
+		b.Fatalf("first ReconcilePaths: %d writes, %v", w, err)
+	}
+	b.Run("vip-pass", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if w, err := vips.ReconcilePaths(paths); err != nil || w != 0 {
+				b.Fatalf("converged ReconcilePaths: %d writes, %v", w, err)
+			}
+		}
+	})
+	b.Run("pod-list", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if got, err := pods.List(); err != nil || len(got) != len(podRoutes) {
+				b.Fatalf("List: %d routes, %v", len(got), err)
+			}
+		}
+	})
 }

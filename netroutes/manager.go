@@ -3,6 +3,7 @@ package netroutes
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -65,7 +66,9 @@ type Result struct {
 }
 
 // New returns a Manager that programs routes through h, which may be bound to
-// another network namespace (netlink.NewHandleAt). The bridge must exist.
+// another network namespace (netlink.NewHandleAt). It turns on strict
+// checking of h's requests, so h should be the Manager's own. The bridge
+// must exist.
 func New(h *netlink.Handle, cfg Config) (*Manager, error) {
 	if h == nil {
 		return nil, errors.New("netroutes: nil netlink handle")
@@ -82,6 +85,12 @@ func New(h *netlink.Handle, cfg Config) (*Manager, error) {
 	if cfg.Metric == 0 {
 		cfg.Metric = DefaultMetric
 	}
+	// With strict checking the kernel filters route dumps by table and
+	// protocol itself (Linux 4.20+): a dump carries our routes only, not
+	// every route on the host (the pod-CIDR Manager's every 2 s would
+	// otherwise decode each VIP's multipath route too). The same filter
+	// runs in userspace, so a kernel that refuses the option answers alike.
+	_ = h.SetStrictCheck(true)
 	m := &Manager{h: h, cfg: cfg}
 	if _, err := m.bridge(); err != nil {
 		return nil, err
@@ -300,15 +309,34 @@ func (m *Manager) write(r Route, link netlink.Link, verb string, op func(*netlin
 // del deletes one owned kernel route. The request carries our protocol, so
 // the kernel itself refuses to delete a foreign route that merely looks alike.
 func (m *Manager) del(k netlink.Route) error {
-	req := &netlink.Route{Dst: k.Dst, Gw: k.Gw, LinkIndex: k.LinkIndex,
-		Table: k.Table, Protocol: k.Protocol, Priority: k.Priority, Tos: k.Tos}
+	return m.delKey(keyOf(k))
+}
+
+// delKey deletes the owned route with key k.
+func (m *Manager) delKey(k routeKey) error {
+	req := &netlink.Route{Dst: k.dst, Gw: k.gw, LinkIndex: k.linkIndex,
+		Table: k.table, Protocol: k.protocol, Priority: k.priority, Tos: k.tos}
 	m.writes.Add(1)
 	metrics.RouteWrites.WithLabelValues(metrics.OpDelete).Inc()
 	err := m.h.RouteDel(req)
 	if err == nil || errors.Is(err, unix.ESRCH) {
 		return nil // ESRCH: already gone, which is what we wanted
 	}
-	return fmt.Errorf("delete route %s via %s (proto %d): %w", k.Dst, k.Gw, k.Protocol, err)
+	return fmt.Errorf("delete route %s via %s (proto %d): %w", k.dst, k.gw, k.protocol, err)
+}
+
+// routeKey is what a delete of a route carries: the kernel's key for it
+// and its gateway, not its next hops.
+type routeKey struct {
+	dst                             *net.IPNet
+	gw                              net.IP
+	linkIndex, table, priority, tos int
+	protocol                        netlink.RouteProtocol
+}
+
+func keyOf(k netlink.Route) routeKey {
+	return routeKey{dst: k.Dst, gw: k.Gw, linkIndex: k.LinkIndex, table: k.Table,
+		priority: k.Priority, tos: k.Tos, protocol: k.Protocol}
 }
 
 // bridge looks the bridge up on every call: libvirt recreates it (with a new
@@ -323,19 +351,33 @@ func (m *Manager) bridge() (netlink.Link, error) {
 
 // owned dumps the routes in our table carrying our protocol, both families.
 func (m *Manager) owned() ([]netlink.Route, error) {
+	return dumpOwned(m, func(k netlink.Route) netlink.Route { return k })
+}
+
+// dumpOwned dumps the routes in our table carrying our protocol, both
+// families, and keeps what read makes of each: a caller that needs less
+// than the whole route (next hops are a slice of pointers each) lets the
+// rest go as the dump streams in, instead of holding every route at once.
+func dumpOwned[T any](m *Manager, read func(netlink.Route) T) ([]T, error) {
 	filter := &netlink.Route{Table: m.cfg.Table, Protocol: m.cfg.Protocol}
 	mask := netlink.RT_FILTER_TABLE | netlink.RT_FILTER_PROTOCOL
-	var all []netlink.Route
+	var all []T
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		var routes []netlink.Route
-		err := retryDump(func() (err error) {
-			routes, err = m.h.RouteListFiltered(fam, filter, mask)
-			return err
+		n := len(all)
+		err := retryDump(func() error {
+			all = all[:n] // an interrupted dump starts over
+			return m.h.RouteListFilteredIter(fam, filter, mask, func(k netlink.Route) bool {
+				all = append(all, read(k))
+				return true
+			})
 		})
+		if errors.Is(err, unix.ENOENT) {
+			all = all[:n] // strictly checked: the table does not exist yet, so holds nothing
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list routes with proto %d in table %d: %w", m.cfg.Protocol, m.cfg.Table, err)
 		}
-		all = append(all, routes...)
 	}
 	return all, nil
 }

@@ -21,7 +21,7 @@ func newLab(t *testing.T, cfg Config) (*testNS, *Manager) {
 	if cfg.Bridge == "" {
 		cfg.Bridge = labBridge
 	}
-	m, err := New(n.h, cfg)
+	m, err := New(n.handle(t), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -346,7 +346,7 @@ func TestEnsureAndRemoveAreIdempotent(t *testing.T) {
 
 func TestTableAndProtocolIsolateOwners(t *testing.T) {
 	n, def := newLab(t, Config{})
-	other, err := New(n.h, Config{Bridge: labBridge, Protocol: 201, Table: 100, Metric: 10})
+	other, err := New(n.handle(t), Config{Bridge: labBridge, Protocol: 201, Table: 100, Metric: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func TestTableAndProtocolIsolateOwners(t *testing.T) {
 
 func TestNewNamesMissingBridge(t *testing.T) {
 	n := newTestNS(t)
-	_, err := New(n.h, Config{Bridge: "virbr-missing"})
+	_, err := New(n.handle(t), Config{Bridge: "virbr-missing"})
 	if err == nil || !strings.Contains(err.Error(), `"virbr-missing"`) {
 		t.Errorf("New = %v, want an error naming the bridge", err)
 	}
@@ -380,7 +380,7 @@ func TestNewNamesMissingBridge(t *testing.T) {
 	if !errors.As(err, &notFound) {
 		t.Errorf("New error %v does not wrap netlink.LinkNotFoundError", err)
 	}
-	if _, err := New(n.h, Config{}); err == nil || !strings.Contains(err.Error(), "Config.Bridge") {
+	if _, err := New(n.handle(t), Config{}); err == nil || !strings.Contains(err.Error(), "Config.Bridge") {
 		t.Errorf("New with no bridge = %v, want an error naming Config.Bridge", err)
 	}
 }

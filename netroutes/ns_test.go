@@ -70,6 +70,23 @@ func newTestNS(tb testing.TB) *testNS {
 	return n
 }
 
+// handle is a netlink handle of its own in the namespace, for a Manager
+// (New makes its handle's requests strictly checked).
+func (n *testNS) handle(tb testing.TB) *netlink.Handle {
+	tb.Helper()
+	ns, err := netns.GetFromName(n.name)
+	if err != nil {
+		tb.Fatalf("open netns %s: %v", n.name, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		tb.Fatalf("netlink handle in %s: %v", n.name, err)
+	}
+	tb.Cleanup(h.Close)
+	return h
+}
+
 func (n *testNS) Close(tb testing.TB) {
 	if n.done {
 		return

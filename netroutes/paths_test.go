@@ -86,7 +86,7 @@ func TestReconcilePathsSpreadsAndNarrows(t *testing.T) {
 
 func TestReconcilePathsRemovesOnlyItsOwn(t *testing.T) {
 	n, m := newLab(t, Config{Protocol: VIPProtocol})
-	pods, err := New(n.h, Config{Bridge: labBridge})
+	pods, err := New(n.handle(t), Config{Bridge: labBridge})
 	if err != nil {
 		t.Fatal(err)
 	}

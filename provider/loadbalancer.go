@@ -104,7 +104,12 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 		return nil, err
 	}
 	if cfg.RoutedTraffic != RoutedAnnouncer {
-		if l.place.spread, err = netroutes.New(h, netroutes.Config{Bridge: cfg.Bridge, Protocol: netroutes.VIPProtocol}); err != nil {
+		rh, err := netlink.NewHandle() // netroutes makes its handle strict
+		if err != nil {
+			return nil, fmt.Errorf("netlink: %w", err)
+		}
+		if l.place.spread, err = netroutes.New(rh, netroutes.Config{Bridge: cfg.Bridge, Protocol: netroutes.VIPProtocol}); err != nil {
+			rh.Close()
 			return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
 		}
 	}
