@@ -544,17 +544,22 @@ func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[
 // deleted) and their domains. A Node whose hypervisor cannot be asked keeps
 // its last known facts.
 func (p *placement) snapshot(ctx context.Context) snapshot {
-	snap := snapshot{facts: map[string]nodeFacts{}, listed: map[string]*v1.Node{}, known: map[string]nodeFacts{}, byMAC: map[string]macHolder{}, unknown: map[string]nodeFacts{}}
+	all, err := p.nodes.List(labels.Everything())
+	// Sized up front: a pass runs for nearly every change, and with 1000
+	// Nodes growing these maps entry by entry was most of what a pass
+	// allocated.
+	size := len(all)
+	snap := snapshot{facts: make(map[string]nodeFacts, size), listed: make(map[string]*v1.Node, size), known: make(map[string]nodeFacts, size),
+		byMAC: make(map[string]macHolder, max(size, len(p.known))), unknown: map[string]nodeFacts{}}
 	for name, f := range p.known {
 		if f.mac != nil {
 			snap.byMAC[f.mac.String()] = macHolder{node: name, facts: f}
 		}
 	}
-	all, err := p.nodes.List(labels.Everything())
 	if err != nil {
 		return snap
 	}
-	seen := map[string]bool{}
+	seen := make(map[string]bool, size)
 	for _, n := range all {
 		seen[n.Name] = true
 		snap.listed[n.Name] = n
