@@ -126,6 +126,10 @@ type placement struct {
 	// says. A report from before the watch began counts from its own
 	// heartbeat less heartbeatSkew.
 	reportAt map[string]time.Time // by Node name
+	// awaiting are the Nodes the last pass found ineligible only because
+	// they had not reported since their domain was down: their next
+	// report, a heartbeat placement otherwise ignores, starts a pass.
+	awaiting map[string]bool
 }
 
 func newPlacement(bridge string, hvs []Hypervisor, in *instances, alloc *lb.Allocator, ann Announcer) *placement {
@@ -140,6 +144,7 @@ func newPlacement(bridge string, hvs []Hypervisor, in *instances, alloc *lb.Allo
 		conds:     newConditions(),
 		known:     map[string]nodeFacts{},
 		reportAt:  map[string]time.Time{},
+		awaiting:  map[string]bool{},
 	}
 }
 
@@ -167,14 +172,34 @@ func (p *placement) watch(factory informers.SharedInformerFactory, recorder reco
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*v1.Node)
 			nn, ok2 := n.(*v1.Node)
-			if ok1 && ok2 && readyReport(on) != readyReport(nn) {
+			if !ok1 || !ok2 {
+				p.poke()
+				return
+			}
+			awaited := false
+			if readyReport(on) != readyReport(nn) {
 				p.mu.Lock()
 				p.reportAt[nn.Name] = time.Now()
+				awaited = p.awaiting[nn.Name]
+				p.mu.Unlock()
+			}
+			// Most Node updates change nothing a pass reads: heartbeats,
+			// annotations (kube-controller-manager's TTL controller
+			// rewrites every Node's as a cluster grows), other labels.
+			// With 1000 Nodes a pass for each kept passes running back to
+			// back, each taking every Node and dumping every VIP route.
+			if awaited || placementInputsChanged(on, nn) {
+				p.poke()
+			}
+		},
+		DeleteFunc: func(o any) {
+			if n, ok := o.(*v1.Node); ok {
+				p.mu.Lock()
+				delete(p.awaiting, n.Name)
 				p.mu.Unlock()
 			}
 			p.poke()
 		},
-		DeleteFunc: func(any) { p.poke() },
 	}); err != nil {
 		return err
 	}
@@ -630,7 +655,27 @@ func (p *placement) eligible(name string, f nodeFacts) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.reportAt[name].After(f.lastDown)
+	reported := p.reportAt[name].After(f.lastDown)
+	if reported {
+		delete(p.awaiting, name)
+	} else {
+		p.awaiting[name] = true
+	}
+	return reported
+}
+
+// placementInputsChanged says whether a Node update changes what a pass
+// reads of the Node: its readiness (status, and when it last changed, which
+// starts UnknownHold), the exclusion label, its deletion, and what finds
+// its domain and next hop (provider ID, system UUID, addresses).
+func placementInputsChanged(old, cur *v1.Node) bool {
+	ro, rc := readyCondition(old), readyCondition(cur)
+	_, exOld := old.Labels[excludeLabel]
+	_, exCur := cur.Labels[excludeLabel]
+	return ro.Status != rc.Status || !ro.LastTransitionTime.Equal(&rc.LastTransitionTime) ||
+		exOld != exCur || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||
+		old.Spec.ProviderID != cur.Spec.ProviderID || old.Status.NodeInfo.SystemUUID != cur.Status.NodeInfo.SystemUUID ||
+		!slices.Equal(old.Status.Addresses, cur.Status.Addresses)
 }
 
 func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {

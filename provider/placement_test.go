@@ -18,6 +18,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/metrics"
 )
 
 func nodeNamesOf(nodes []testNode) []string {
@@ -37,8 +38,8 @@ func macOfNode(name string) string {
 	return ""
 }
 
-// touchNodes makes a Node change the placement watches (a label), as any
-// Node or EndpointSlice event during an outage would.
+// touchNodes makes a Node change the placement reads (its addresses), as
+// any Node or EndpointSlice event during an outage would.
 func (f *lbFixture) touchNodes(value string) {
 	f.t.Helper()
 	for _, n := range testNodes {
@@ -46,11 +47,8 @@ func (f *lbFixture) touchNodes(value string) {
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		if obj.Labels == nil {
-			obj.Labels = map[string]string{}
-		}
-		obj.Labels["touched"] = value
-		if _, err := f.client.CoreV1().Nodes().Update(f.ctx, obj, metav1.UpdateOptions{}); err != nil {
+		obj.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeHostName, Address: n.name + "-" + value}}
+		if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, obj, metav1.UpdateOptions{}); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -302,4 +300,80 @@ func TestRestartBeforeLeadingWaitsForReport(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestPlacementInputsChanged: only what a pass reads of a Node starts one.
+func TestPlacementInputsChanged(t *testing.T) {
+	base := testNodes[0].object()
+	cases := []struct {
+		name   string
+		change func(n *v1.Node)
+		want   bool
+	}{
+		{"nothing", func(*v1.Node) {}, false},
+		{"an annotation (kube-controller-manager's TTL)", func(n *v1.Node) {
+			n.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": "30"}
+		}, false},
+		{"another label", func(n *v1.Node) { n.Labels = map[string]string{"team": "a"} }, false},
+		{"a heartbeat", func(n *v1.Node) {
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
+		}, false},
+		{"Ready status", func(n *v1.Node) { n.Status.Conditions[0].Status = v1.ConditionFalse }, true},
+		{"Ready transition time", func(n *v1.Node) {
+			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(time.Minute))
+		}, true},
+		{"exclusion label", func(n *v1.Node) { n.Labels = map[string]string{excludeLabel: ""} }, true},
+		{"deletion", func(n *v1.Node) { now := metav1.Now(); n.DeletionTimestamp = &now }, true},
+		{"provider ID", func(n *v1.Node) { n.Spec.ProviderID = "libvirt://other" }, true},
+		{"system UUID", func(n *v1.Node) { n.Status.NodeInfo.SystemUUID = "other" }, true},
+		{"addresses", func(n *v1.Node) {
+			n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: "192.0.2.9"})
+		}, true},
+	}
+	for _, c := range cases {
+		cur := base.DeepCopy()
+		c.change(cur)
+		if got := placementInputsChanged(base, cur); got != c.want {
+			t.Errorf("%s: placementInputsChanged = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestNodeUpdatesThatChangeNothingStartNoPass: with 1000 Nodes every pass
+// takes every Node and dumps every VIP route, so a Node update that changes
+// nothing placement reads must not start one; one that does still does.
+func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	f.mustEnsure(lbService("web"))
+	passes := func() uint64 {
+		n, err := testutil.GetHistogramMetricCount(metrics.PlacementPassSeconds.ObserverMetric)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The loop's own first pass follows its informers' sync, polled every
+	// 100 ms: quiet for 300 ms is after it.
+	f.waitFor("placement idle", func() bool {
+		before := passes()
+		time.Sleep(300 * time.Millisecond)
+		return passes() == before
+	})
+	before := passes()
+	for i := range 20 {
+		n, err := f.client.CoreV1().Nodes().Get(f.ctx, testNodes[i%len(testNodes)].name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Annotations = map[string]string{"node.alpha.kubernetes.io/ttl": fmt.Sprint(i)}
+		if _, err := f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := passes() - before; got != 0 {
+		t.Errorf("20 annotation updates started %d placement passes, want 0", got)
+	}
+	f.setReady(testNodes[0], v1.ConditionFalse, time.Now())
+	f.waitFor("a pass for a Node that went NotReady", func() bool { return passes() > before })
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -15,7 +16,12 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 // BenchmarkSteadyState: 100 Nodes (test-driver domains on the e2e bridge,
@@ -72,10 +78,15 @@ func BenchmarkSteadyState(b *testing.B) {
 	cpu0 := cpuTicks(b, pid)
 	log0 := fileSize(libvirtLog)
 	ccmLog0 := fileSize(ccm.proc.Log)
+	passes0 := placementPasses(b, ccm)
 	t0 := time.Now()
-	time.Sleep(window)
+	// Every Node reports its status once in the window, as a kubelet does
+	// every 5 minutes when nothing changes: a heartbeat that changes
+	// nothing the CCM acts on.
+	reported := reportHeartbeats(b, f.prefix, nodes, window)
 	t1 := time.Now()
 	cpu1 := cpuTicks(b, pid)
+	passes := placementPasses(b, ccm) - passes0
 	if ccm.proc.Exited() {
 		b.Fatalf("the CCM exited during the window:\n%s", ccm.proc.Tail(30))
 	}
@@ -128,6 +139,12 @@ func BenchmarkSteadyState(b *testing.B) {
 	}
 	if perMin(logLines) > 10 {
 		b.Errorf("the CCM logged %.0f lines a minute at default verbosity, want at most 10", perMin(logLines))
+	}
+	// A placement pass takes every Node and every VIP route: at steady
+	// state only the periodic resync runs one.
+	b.ReportMetric(perMin(int(passes)), "placement-passes/min")
+	if budget := int(t1.Sub(t0)/placementResyncPeriod) + 1; int(passes) > budget {
+		b.Errorf("%v placement passes in %s while %d Nodes reported heartbeats and nothing changed, want at most %d (the periodic resync)", passes, t1.Sub(t0).Round(time.Second), reported, budget)
 	}
 	if cpuPct >= 1 {
 		b.Errorf("the CCM used %.2f%% of a core at steady state, want < 1%%", cpuPct)
@@ -281,4 +298,64 @@ func cpuTicks(tb testing.TB, pid int) int64 {
 		tb.Fatal(err)
 	}
 	return int64(stat.UTime + stat.STime)
+}
+
+// placementResyncPeriod is provider.placementResync: the placement's
+// periodic pass.
+const placementResyncPeriod = 30 * time.Second
+
+// placementPasses reads how many placement passes the CCM has run from its
+// /metrics, as a cluster admin through the secure port.
+func placementPasses(tb testing.TB, c *ccm) float64 {
+	tb.Helper()
+	admin, err := clientcmd.BuildConfigFromFlags("", env.cp.AdminKube)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	code, body, err := get(fmt.Sprintf("https://127.0.0.1:%d/metrics", c.securePort), admin.BearerToken)
+	if err != nil || code != http.StatusOK {
+		tb.Fatalf("/metrics: %d %v", code, err)
+	}
+	ms := testutil.NewMetrics()
+	if err := testutil.ParseMetrics(body, &ms); err != nil {
+		tb.Fatal(err)
+	}
+	v, ok := sampleValue(ms, "labcloud_lb_placement_pass_seconds_count", nil)
+	if !ok {
+		tb.Fatal("/metrics has no labcloud_lb_placement_pass_seconds_count")
+	}
+	return v
+}
+
+// reportHeartbeats has every one of the fleet's n Nodes report Ready once,
+// spread evenly over window, as kubelets renew their status: only the Ready
+// condition's heartbeat time changes. It returns how many reports landed.
+func reportHeartbeats(tb testing.TB, prefix string, n int, window time.Duration) int {
+	tb.Helper()
+	ctx := context.Background()
+	end := time.Now().Add(window)
+	reported := 0
+	for i := range n {
+		time.Sleep(time.Until(end.Add(-window + window*time.Duration(i)/time.Duration(n))))
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			node, err := env.admin.CoreV1().Nodes().Get(ctx, fleetNodeName(prefix, i), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for j := range node.Status.Conditions {
+				if node.Status.Conditions[j].Type == v1.NodeReady {
+					node.Status.Conditions[j].LastHeartbeatTime = metav1.Now()
+				}
+			}
+			_, err = env.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			tb.Errorf("heartbeat of %s: %v", fleetNodeName(prefix, i), err)
+			continue
+		}
+		reported++
+	}
+	time.Sleep(time.Until(end))
+	return reported
 }
