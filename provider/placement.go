@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -203,13 +204,42 @@ func (p *placement) watch(factory informers.SharedInformerFactory, recorder reco
 	}); err != nil {
 		return err
 	}
-	kick := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.poke() },
-		UpdateFunc: func(any, any) { p.poke() },
-		DeleteFunc: func(any) { p.poke() },
-	}
-	_, err := sliceInf.Informer().AddEventHandler(kick)
+	// Endpoints move VIPs of Services with externalTrafficPolicy Local
+	// only, and only when the nodes with a ready endpoint change: every
+	// Pod's readiness anywhere in the cluster updates some EndpointSlice.
+	_, err := sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if p.localPolicy(o) {
+				p.poke()
+			}
+		},
+		UpdateFunc: func(o, n any) {
+			old, ok1 := o.(*discoveryv1.EndpointSlice)
+			cur, ok2 := n.(*discoveryv1.EndpointSlice)
+			if !ok1 || !ok2 || p.localPolicy(cur) && !maps.Equal(readyNodes(old, nil), readyNodes(cur, nil)) {
+				p.poke()
+			}
+		},
+		DeleteFunc: func(o any) {
+			if p.localPolicy(o) {
+				p.poke()
+			}
+		},
+	})
 	return err
+}
+
+// localPolicy says whether obj is an EndpointSlice of a LoadBalancer
+// Service with externalTrafficPolicy Local, or something else that may
+// matter (a tombstone). A Service not yet in the cache starts its own pass
+// when the service controller ensures it.
+func (p *placement) localPolicy(obj any) bool {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return true
+	}
+	svc, err := p.services.Services(s.Namespace).Get(s.Labels[discoveryv1.LabelServiceName])
+	return err == nil && svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 }
 
 // poke asks the loop for a pass; pokes coalesce.
@@ -731,13 +761,23 @@ func (p *placement) endpointNodes(svc *v1.Service) map[string]bool {
 		return out
 	}
 	for _, s := range slices {
-		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-				out[*ep.NodeName] = true
-			}
-		}
+		readyNodes(s, out)
 	}
 	return out
+}
+
+// readyNodes adds the nodes holding a ready endpoint of s to into (a new
+// map if nil) and returns it.
+func readyNodes(s *discoveryv1.EndpointSlice, into map[string]bool) map[string]bool {
+	if into == nil {
+		into = map[string]bool{}
+	}
+	for _, ep := range s.Endpoints {
+		if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+			into[*ep.NodeName] = true
+		}
+	}
+	return into
 }
 
 func (p *placement) event(holders []string, given givenServices, typ, reason, format string, args ...any) {

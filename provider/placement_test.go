@@ -345,21 +345,7 @@ func TestPlacementInputsChanged(t *testing.T) {
 func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
 	f.mustEnsure(lbService("web"))
-	passes := func() uint64 {
-		n, err := testutil.GetHistogramMetricCount(metrics.PlacementPassSeconds.ObserverMetric)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	// The loop's own first pass follows its informers' sync, polled every
-	// 100 ms: quiet for 300 ms is after it.
-	f.waitFor("placement idle", func() bool {
-		before := passes()
-		time.Sleep(300 * time.Millisecond)
-		return passes() == before
-	})
-	before := passes()
+	passes := passCounter(t, f)
 	for i := range 20 {
 		n, err := f.client.CoreV1().Nodes().Get(f.ctx, testNodes[i%len(testNodes)].name, metav1.GetOptions{})
 		if err != nil {
@@ -371,9 +357,57 @@ func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	if got := passes() - before; got != 0 {
+	if got := passes(); got != 0 {
 		t.Errorf("20 annotation updates started %d placement passes, want 0", got)
 	}
 	f.setReady(testNodes[0], v1.ConditionFalse, time.Now())
-	f.waitFor("a pass for a Node that went NotReady", func() bool { return passes() > before })
+	f.waitFor("a pass for a Node that went NotReady", func() bool { return passes() > 0 })
+}
+
+// passCounter waits until the fixture's placement is idle and returns how
+// many passes have run since.
+func passCounter(t *testing.T, f *lbFixture) func() uint64 {
+	t.Helper()
+	read := func() uint64 {
+		n, err := testutil.GetHistogramMetricCount(metrics.PlacementPassSeconds.ObserverMetric)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The loop's own first pass follows its informers' sync, polled every
+	// 100 ms: quiet for 300 ms is after it.
+	f.waitFor("placement idle", func() bool {
+		before := read()
+		time.Sleep(300 * time.Millisecond)
+		return read() == before
+	})
+	start := read()
+	return func() uint64 { return read() - start }
+}
+
+// TestEndpointSliceUpdatesThatChangeNothingStartNoPass: EndpointSlices
+// start a pass only for Services with externalTrafficPolicy Local, and only
+// when the nodes holding a ready endpoint change.
+func TestEndpointSliceUpdatesThatChangeNothingStartNoPass(t *testing.T) {
+	a, b := testNodes[0].name, testNodes[1].name
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("local", localPolicy), lbService("cluster"),
+		endpointSlice("local", map[string]bool{a: true}), endpointSlice("cluster", map[string]bool{a: true})).start()
+	f.mustEnsure(lbService("local", localPolicy))
+	f.mustEnsure(lbService("cluster"))
+	passes := passCounter(t, f)
+	update := func(svc string, ready map[string]bool) {
+		t.Helper()
+		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, endpointSlice(svc, ready), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	update("cluster", map[string]bool{a: true, b: true}) // Cluster policy: endpoints do not matter
+	update("local", map[string]bool{a: true, b: false})  // a not-ready endpoint: same ready nodes
+	if n := passes(); n != 0 {
+		t.Errorf("EndpointSlice updates that change no Local Service's ready nodes started %d passes, want 0", n)
+	}
+	update("local", map[string]bool{a: true, b: true})
+	f.waitFor("a pass for a new ready node of a Local Service", func() bool { return passes() > 0 })
 }
