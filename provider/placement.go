@@ -32,8 +32,9 @@ import (
 // snapshot (eligible nodes and their MACs, the allocator's VIPs, the
 // announcer's current answers), calls the pure lb.Place, applies the
 // difference to the announcer and emits events for it. Passes run on
-// EnsureLoadBalancer and friends, on every domain, Node and EndpointSlice
-// change, when a hypervisor comes back, and periodically: the service
+// EnsureLoadBalancer and friends, on every domain change, on Node and
+// EndpointSlice changes that alter what a pass reads, when a hypervisor
+// comes back, and periodically: the service
 // controller does not call UpdateLoadBalancer on readiness changes, so this
 // is what moves a VIP off a node that died.
 
