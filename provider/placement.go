@@ -601,9 +601,8 @@ func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[
 // its last known facts.
 func (p *placement) snapshot(ctx context.Context) snapshot {
 	all, err := p.nodes.List(labels.Everything())
-	// Sized up front: a pass runs for nearly every change, and with 1000
-	// Nodes growing these maps entry by entry was most of what a pass
-	// allocated.
+	// Sized up front: with 1000 Nodes, growing these maps entry by entry
+	// was most of what a pass allocated.
 	size := len(all)
 	snap := snapshot{facts: make(map[string]nodeFacts, size), listed: make(map[string]*v1.Node, size), known: make(map[string]nodeFacts, size),
 		byMAC: make(map[string]macHolder, max(size, len(p.known))), unknown: map[string]nodeFacts{}}
