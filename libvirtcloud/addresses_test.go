@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -165,4 +167,34 @@ func testNetns(t *testing.T) *netlink.Handle {
 	}
 	t.Cleanup(nl.Close)
 	return nl
+}
+
+// The node controller asks for every Node's addresses at once: they share
+// one read of the neighbour table a second, and a later lookup reads it
+// again.
+func TestNeighbourTableReadOnceASecond(t *testing.T) {
+	ctx := context.Background()
+	var reads atomic.Int32
+	neigh := func() (map[string][]netip.Addr, error) {
+		reads.Add(1)
+		return map[string][]netip.Addr{"52:54:00:00:00:0b": {netip.MustParseAddr("10.77.0.42")}}, nil
+	}
+	h := openFixture(t, Options{Sources: []AddressSource{SourceARP}, Neighbours: neigh})
+	d, _ := h.DomainByName("node-b")
+	for range 100 {
+		if addrs, err := h.Addresses(ctx, d); err != nil || len(addrs) != 1 {
+			t.Fatalf("addresses = %v, %v", addrs, err)
+		}
+	}
+	if n := reads.Load(); n > 2 {
+		t.Errorf("100 lookups read the neighbour table %d times, want at most 2 within %s", n, refreshInterval)
+	}
+	before := reads.Load()
+	time.Sleep(refreshInterval + 100*time.Millisecond)
+	if _, err := h.Addresses(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if reads.Load() != before+1 {
+		t.Errorf("a lookup %s later did not read the table again (%d reads, then %d)", refreshInterval, before, reads.Load())
+	}
 }

@@ -62,6 +62,10 @@ type Hypervisor struct {
 	agent    map[string]agentAnswer // uuid → addresses from the guest agent
 	synced   bool                   // the cache reflects a full listing
 
+	neighMu sync.Mutex // one read of the neighbour table at a time
+	neigh   map[string][]netip.Addr
+	neighAt time.Time
+
 	calls   atomic.Uint64
 	raw     chan rawEvent
 	lost    chan struct{}
