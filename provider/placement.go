@@ -53,9 +53,10 @@ type connectivity interface {
 // excludeLabel keeps a node out of load balancer pools, as upstream does.
 const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
 
-// Periods of the placement loop.
+// PlacementResync is how often placement runs a pass with nothing
+// changed; connectionPoll how often it checks that hypervisors answer.
 const (
-	placementResync = 30 * time.Second
+	PlacementResync = 30 * time.Second
 	connectionPoll  = 500 * time.Millisecond
 )
 
@@ -281,7 +282,7 @@ func (p *placement) run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return
 	}
-	ticker := time.NewTicker(placementResync)
+	ticker := time.NewTicker(PlacementResync)
 	defer ticker.Stop()
 	p.sync(ctx, nil)
 	for {

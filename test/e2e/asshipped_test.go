@@ -64,17 +64,13 @@ func TestCCMAsShipped(t *testing.T) {
 	// Delegated authentication and authorization: /metrics is refused to
 	// an anonymous caller and to the CCM's own service account (authorized
 	// by the API server's SubjectAccessReview: 403), served to an admin.
-	admin, err := clientcmd.BuildConfigFromFlags("", env.cp.AdminKube)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		who, token string
 		want       int
 	}{
 		{"anonymous", "", http.StatusForbidden},
 		{"the CCM's service account", serviceAccountToken(t), http.StatusForbidden},
-		{"a cluster admin", admin.BearerToken, http.StatusOK},
+		{"a cluster admin", adminToken(t), http.StatusOK},
 	} {
 		code, body, err := get(base+"/metrics", tc.token)
 		if err != nil || code != tc.want {
@@ -134,6 +130,16 @@ func grepLines(s, what string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// adminToken is the bearer token of the control plane's cluster admin.
+func adminToken(tb testing.TB) string {
+	tb.Helper()
+	admin, err := clientcmd.BuildConfigFromFlags("", env.cp.AdminKube)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return admin.BearerToken
 }
 
 // get fetches url over TLS without verifying the CCM's self-signed

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // BenchmarkCCMMemory: the CCM as shipped (every controller, routes and
@@ -248,17 +247,14 @@ func saveProfiles(tb testing.TB, c *ccm, dir, name string) {
 	if err := os.WriteFile(filepath.Join(dir, name+".smaps"), smaps, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	admin, err := clientcmd.BuildConfigFromFlags("", env.cp.AdminKube)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	token := adminToken(tb)
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the CCM's self-signed certificate
 	for file, path := range map[string]string{name + ".heap.pb.gz": "/debug/pprof/heap", name + ".heap.txt": "/debug/pprof/heap?debug=1"} {
 		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", c.securePort, path), nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		req.Header.Set("Authorization", "Bearer "+admin.BearerToken)
+		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := client.Do(req)
 		if err != nil {
 			tb.Errorf("%s: %v", path, err)

@@ -19,9 +19,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/component-base/metrics/testutil"
+	nodeutil "k8s.io/component-helpers/node/util"
+
+	"github.com/labcloud/labcloud/provider"
 )
 
 // BenchmarkSteadyState: 100 Nodes (test-driver domains on the e2e bridge,
@@ -143,7 +145,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	// A placement pass takes every Node and every VIP route: at steady
 	// state only the periodic resync runs one.
 	b.ReportMetric(perMin(int(passes)), "placement-passes/min")
-	if budget := int(t1.Sub(t0)/placementResyncPeriod) + 1; int(passes) > budget {
+	if budget := int(t1.Sub(t0)/provider.PlacementResync) + 1; int(passes) > budget {
 		b.Errorf("%v placement passes in %s while %d Nodes reported heartbeats and nothing changed, want at most %d (the periodic resync)", passes, t1.Sub(t0).Round(time.Second), reported, budget)
 	}
 	if cpuPct >= 1 {
@@ -300,19 +302,11 @@ func cpuTicks(tb testing.TB, pid int) int64 {
 	return int64(stat.UTime + stat.STime)
 }
 
-// placementResyncPeriod is provider.placementResync: the placement's
-// periodic pass.
-const placementResyncPeriod = 30 * time.Second
-
 // placementPasses reads how many placement passes the CCM has run from its
 // /metrics, as a cluster admin through the secure port.
 func placementPasses(tb testing.TB, c *ccm) float64 {
 	tb.Helper()
-	admin, err := clientcmd.BuildConfigFromFlags("", env.cp.AdminKube)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	code, body, err := get(fmt.Sprintf("https://127.0.0.1:%d/metrics", c.securePort), admin.BearerToken)
+	code, body, err := get(fmt.Sprintf("https://127.0.0.1:%d/metrics", c.securePort), adminToken(tb))
 	if err != nil || code != http.StatusOK {
 		tb.Fatalf("/metrics: %d %v", code, err)
 	}
@@ -342,10 +336,8 @@ func reportHeartbeats(tb testing.TB, prefix string, n int, window time.Duration)
 			if err != nil {
 				return err
 			}
-			for j := range node.Status.Conditions {
-				if node.Status.Conditions[j].Type == v1.NodeReady {
-					node.Status.Conditions[j].LastHeartbeatTime = metav1.Now()
-				}
+			if _, ready := nodeutil.GetNodeCondition(&node.Status, v1.NodeReady); ready != nil {
+				ready.LastHeartbeatTime = metav1.Now()
 			}
 			_, err = env.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 			return err
