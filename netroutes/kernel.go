@@ -17,13 +17,18 @@ import (
 func (m *Manager) toKernel(r Route, link netlink.Link) *netlink.Route {
 	return &netlink.Route{
 		LinkIndex: link.Attrs().Index,
-		Dst:       &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
+		Dst:       ipNet(r.Dst),
 		Gw:        r.Gateway.AsSlice(),
 		Protocol:  m.cfg.Protocol,
 		Table:     m.cfg.Table,
 		Priority:  m.cfg.Metric,
 		Type:      unix.RTN_UNICAST,
 	}
+}
+
+// ipNet is p as netlink carries it.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // fromKernel reports whether an owned kernel route has exactly the shape

@@ -57,6 +57,9 @@ type Manager struct {
 	cfg    Config
 	mu     sync.Mutex
 	writes atomic.Uint64
+	// paths are the routes ReconcilePaths or UpdatePaths last put in place
+	// without error, by destination; nil when not known. Guarded by mu.
+	paths map[netip.Prefix]Paths
 }
 
 // Result says what Reconcile changed. A gateway change for a destination is

@@ -31,11 +31,60 @@ func (p Paths) String() string { return fmt.Sprintf("%s via %v", p.Dst, p.Gatewa
 
 // ReconcilePaths makes the Manager's routes exactly desired, each written
 // as one route (multipath when it has several gateways) with a single
-// replace, so a changed set of next hops never leaves a gap. It writes
-// nothing for a route already in place, and removes owned routes to other
-// destinations. It returns how many writes it made. Use a Manager of its
-// own protocol (VIPProtocol): Reconcile would take these routes for stale.
+// replace, so a changed set of next hops never leaves a gap. It reads the
+// kernel's routes, writes nothing for a route already in place, and removes
+// owned routes to other destinations. It returns how many writes it made.
+// Use a Manager of its own protocol (VIPProtocol): Reconcile would take
+// these routes for stale.
 func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
+	want, err := wantPaths(desired)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reconcilePaths(want)
+}
+
+// UpdatePaths is ReconcilePaths without reading the kernel: it writes what
+// differs from the routes the Manager last put in place, as those stand
+// after its last ReconcilePaths or UpdatePaths that had no error (without
+// one, it reconciles). It cannot see routes someone else changed since;
+// callers that write often use it between ReconcilePaths, which a dump of
+// 1000 multipath routes makes cost megabytes.
+func (m *Manager) UpdatePaths(desired []Paths) (int, error) {
+	want, err := wantPaths(desired)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.paths == nil {
+		return m.reconcilePaths(want)
+	}
+	link, err := m.bridge()
+	if err != nil {
+		return 0, err
+	}
+	before := m.writes.Load()
+	var errs []error
+	for dst := range m.paths {
+		if _, wanted := want[dst]; !wanted {
+			errs = append(errs, m.delKey(m.pathsKey(dst)))
+		}
+	}
+	for _, dst := range sortedPrefixes(want) {
+		if old, ok := m.paths[dst]; ok && slices.Equal(old.Gateways, want[dst].Gateways) {
+			continue
+		}
+		errs = append(errs, m.replacePaths(want[dst], link))
+	}
+	m.setPaths(want, errors.Join(errs...))
+	return int(m.writes.Load() - before), errors.Join(errs...)
+}
+
+// wantPaths checks desired and keys it by destination, gateways sorted.
+func wantPaths(desired []Paths) (map[netip.Prefix]Paths, error) {
 	want := make(map[netip.Prefix]Paths, len(desired))
 	var errs []error
 	for _, p := range desired {
@@ -52,18 +101,19 @@ func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
 		}
 		want[p.Dst] = p
 	}
-	if len(errs) > 0 {
-		return 0, errors.Join(errs...)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	return want, errors.Join(errs...)
+}
+
+// reconcilePaths is ReconcilePaths with m.mu held.
+func (m *Manager) reconcilePaths(want map[netip.Prefix]Paths) (int, error) {
+	m.paths = nil
 	link, err := m.bridge()
 	if err != nil {
 		return 0, err
 	}
 	// Each route is reduced to its paths and delete key as the dump
 	// streams in: with 1000 VIPs of 16 next hops the whole dump would be
-	// ~3 MiB of pointers held at once, on every placement pass.
+	// ~3 MiB of pointers held at once.
 	owned, err := dumpOwned(m, func(k netlink.Route) ownedPaths {
 		p, ok := m.pathsFromKernel(k, link)
 		return ownedPaths{paths: p, shaped: ok, key: keyOf(k)}
@@ -72,6 +122,7 @@ func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
 		return 0, err
 	}
 	before := m.writes.Load()
+	var errs []error
 	have := map[netip.Prefix]bool{}
 	for _, o := range owned {
 		dst, ok := prefixFromIPNet(o.key.dst)
@@ -83,22 +134,39 @@ func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
 		if ok && wanted && !have[dst] && o.key.priority == m.cfg.Metric && o.key.tos == 0 {
 			continue // same kernel key as the wanted route: the replace below rewrites it
 		}
-		if err := m.delKey(o.key); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, m.delKey(o.key))
 	}
 	for _, dst := range sortedPrefixes(want) {
-		if have[dst] {
-			continue
-		}
-		p := want[dst]
-		m.writes.Add(1)
-		metrics.RouteWrites.WithLabelValues(metrics.OpReplace).Inc()
-		if err := m.h.RouteReplace(m.pathsToKernel(p, link)); err != nil {
-			errs = append(errs, fmt.Errorf("replace route %s dev %s: %w", p, m.cfg.Bridge, err))
+		if !have[dst] {
+			errs = append(errs, m.replacePaths(want[dst], link))
 		}
 	}
+	m.setPaths(want, errors.Join(errs...))
 	return int(m.writes.Load() - before), errors.Join(errs...)
+}
+
+// setPaths records want as the routes in place, or forgets them after a
+// failed write: the next UpdatePaths then reads the kernel again.
+func (m *Manager) setPaths(want map[netip.Prefix]Paths, err error) {
+	m.paths = nil
+	if err == nil {
+		m.paths = want
+	}
+}
+
+// replacePaths writes p with one replace.
+func (m *Manager) replacePaths(p Paths, link netlink.Link) error {
+	m.writes.Add(1)
+	metrics.RouteWrites.WithLabelValues(metrics.OpReplace).Inc()
+	if err := m.h.RouteReplace(m.pathsToKernel(p, link)); err != nil {
+		return fmt.Errorf("replace route %s dev %s: %w", p, m.cfg.Bridge, err)
+	}
+	return nil
+}
+
+// pathsKey is the delete key of the route pathsToKernel writes to dst.
+func (m *Manager) pathsKey(dst netip.Prefix) routeKey {
+	return routeKey{dst: ipNet(dst), table: m.cfg.Table, priority: m.cfg.Metric, protocol: m.cfg.Protocol}
 }
 
 // ListPaths returns the Manager's routes as ReconcilePaths writes them
@@ -112,7 +180,7 @@ func (m *Manager) ListPaths() ([]Paths, error) {
 // protocol, table and metric.
 func (m *Manager) pathsToKernel(p Paths, link netlink.Link) *netlink.Route {
 	r := &netlink.Route{
-		Dst:      &net.IPNet{IP: p.Dst.Addr().AsSlice(), Mask: net.CIDRMask(p.Dst.Bits(), p.Dst.Addr().BitLen())},
+		Dst:      ipNet(p.Dst),
 		Protocol: m.cfg.Protocol,
 		Table:    m.cfg.Table,
 		Priority: m.cfg.Metric,

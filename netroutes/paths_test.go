@@ -132,3 +132,64 @@ func TestReconcilePathsNamesBadInput(t *testing.T) {
 		t.Errorf("a destination listed twice: error = %v", err)
 	}
 }
+
+func mustUpdatePaths(t *testing.T, m *Manager, desired ...Paths) int {
+	t.Helper()
+	writes, err := m.UpdatePaths(desired)
+	if err != nil {
+		t.Fatalf("UpdatePaths(%v): %v", desired, err)
+	}
+	return writes
+}
+
+func TestUpdatePathsWritesWhatChangedSinceItsLastWrite(t *testing.T) {
+	n, m := newLab(t, Config{Protocol: VIPProtocol})
+	const vip1, vip2, stale = "192.168.100.200/32", "192.168.100.201/32", "192.168.100.202/32"
+	addForeign(t, n, stale, "192.168.100.11", VIPProtocol, DefaultMetric) // left by an earlier run
+
+	// Nothing known yet: it reads the kernel, as ReconcilePaths does.
+	if w := mustUpdatePaths(t, m, paths(vip1, "192.168.100.11", "192.168.100.12"), paths(vip2, "192.168.100.13")); w != 3 {
+		t.Errorf("first update: %d writes, want 3 (two routes, one stale removed)", w)
+	}
+	if got := kernelRoutes(t, n, stale); len(got) != 0 {
+		t.Errorf("stale owned route still there: %v", got)
+	}
+	if w := mustUpdatePaths(t, m, paths(vip2, "192.168.100.13"), paths(vip1, "192.168.100.12", "192.168.100.11")); w != 0 {
+		t.Errorf("same routes again: %d writes, want 0", w)
+	}
+	// One route narrowed, one withdrawn: one write each.
+	if w := mustUpdatePaths(t, m, paths(vip1, "192.168.100.12")); w != 2 {
+		t.Errorf("narrow one, withdraw one: %d writes, want 2", w)
+	}
+	if got, want := kernelHops(t, n, vip1), []string{"192.168.100.12"}; !slices.Equal(got, want) {
+		t.Errorf("next hops of %s = %v, want %v", vip1, got, want)
+	}
+	if got := kernelRoutes(t, n, vip2); len(got) != 0 {
+		t.Errorf("withdrawn route still there: %v", got)
+	}
+
+	// A route someone else deleted is only seen by ReconcilePaths.
+	for _, r := range kernelRoutes(t, n, vip1) {
+		if err := n.h.RouteDel(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := mustUpdatePaths(t, m, paths(vip1, "192.168.100.12")); w != 0 {
+		t.Errorf("update after a foreign delete: %d writes, want 0 (it does not read the kernel)", w)
+	}
+	if w := mustReconcilePaths(t, m, paths(vip1, "192.168.100.12")); w != 1 {
+		t.Errorf("reconcile after a foreign delete: %d writes, want 1", w)
+	}
+
+	// A failed write makes the next update read the kernel again.
+	if _, err := m.UpdatePaths([]Paths{paths(vip1, "192.168.100.12"), paths(vip2, "10.99.0.1")}); err == nil || !strings.Contains(err.Error(), vip2) {
+		t.Fatalf("update with a gateway off the bridge: error = %v, want one naming %s", err, vip2)
+	}
+	addForeign(t, n, stale, "192.168.100.11", VIPProtocol, DefaultMetric)
+	if w := mustUpdatePaths(t, m, paths(vip1, "192.168.100.12")); w != 1 {
+		t.Errorf("update after a failed write: %d writes, want 1 (the stale route removed)", w)
+	}
+	if got := kernelRoutes(t, n, stale); len(got) != 0 {
+		t.Errorf("stale owned route still there after the update that followed a failure: %v", got)
+	}
+}

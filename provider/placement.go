@@ -121,6 +121,12 @@ type placement struct {
 	// holdTimer pokes a pass when the earliest UnknownHold of the last
 	// pass is over; the pass owns it.
 	holdTimer *time.Timer
+	// routesCheckedAt is when a pass last read the kernel's routes to VIPs
+	// (routeCheckInterval); the pass owns it.
+	routesCheckedAt time.Time
+	// snap is the last pass's snapshot, whose maps the next reuses; the
+	// pass owns it.
+	snap snapshot
 
 	mu sync.Mutex
 	// reportAt is when this process saw a Node's Ready report change, by
@@ -417,6 +423,7 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 	}
 	log := klog.FromContext(ctx)
 	snap := p.snapshot(ctx)
+	defer clear(snap.listed) // keeps no Node the informer has replaced
 	vips := p.alloc.VIPs()
 	base := make([]string, 0, len(snap.facts))
 	for name, f := range snap.facts {
@@ -599,25 +606,23 @@ func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[
 
 // snapshot reads the Nodes that may answer (Ready, not excluded, not being
 // deleted) and their domains. A Node whose hypervisor cannot be asked keeps
-// its last known facts.
+// its last known facts. The snapshot's maps are the last pass's, emptied:
+// with 1000 Nodes, new maps for every pass were most of what the CCM
+// allocated in a burst of Services (680 MB of 2.4 GB), and the Go heap
+// grows with the rate of allocation as well as with what is live.
 func (p *placement) snapshot(ctx context.Context) snapshot {
 	all, err := p.nodes.List(labels.Everything())
-	// Sized up front: with 1000 Nodes, growing these maps entry by entry
-	// was most of what a pass allocated.
-	size := len(all)
-	snap := snapshot{facts: make(map[string]nodeFacts, size), listed: make(map[string]*v1.Node, size), known: make(map[string]nodeFacts, size),
-		byMAC: make(map[string]macHolder, max(size, len(p.known))), unknown: map[string]nodeFacts{}}
+	snap := &p.snap
+	snap.reset(len(all))
 	for name, f := range p.known {
 		if f.mac != nil {
 			snap.byMAC[f.mac.String()] = macHolder{node: name, facts: f}
 		}
 	}
 	if err != nil {
-		return snap
+		return *snap
 	}
-	seen := make(map[string]bool, size)
 	for _, n := range all {
-		seen[n.Name] = true
 		snap.listed[n.Name] = n
 		d, _, err := p.instances.find(ctx, n)
 		switch {
@@ -654,11 +659,26 @@ func (p *placement) snapshot(ctx context.Context) snapshot {
 		}
 	}
 	for name := range p.known {
-		if !seen[name] {
+		if _, listed := snap.listed[name]; !listed {
 			delete(p.known, name)
 		}
 	}
-	return snap
+	return *snap
+}
+
+// reset empties s for a pass over nodes Nodes, keeping its maps' room.
+func (s *snapshot) reset(nodes int) {
+	if s.listed == nil {
+		*s = snapshot{facts: make(map[string]nodeFacts, nodes), listed: make(map[string]*v1.Node, nodes), known: make(map[string]nodeFacts, nodes),
+			byMAC: make(map[string]macHolder, nodes), unknown: map[string]nodeFacts{}}
+		return
+	}
+	clear(s.facts)
+	clear(s.listed)
+	clear(s.known)
+	clear(s.byMAC)
+	clear(s.unknown)
+	s.unavailable = false
 }
 
 // nodeWithMAC is the node among facts whose domain has mac on the bridge.

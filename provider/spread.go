@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -23,6 +24,7 @@ import (
 type pathSetter interface {
 	Subnets() ([]netip.Prefix, error)
 	ReconcilePaths([]netroutes.Paths) (int, error)
+	UpdatePaths([]netroutes.Paths) (int, error)
 }
 
 var _ pathSetter = (*netroutes.Manager)(nil)
@@ -32,6 +34,14 @@ var _ pathSetter = (*netroutes.Manager)(nil)
 // hop per node made a large cluster's routes kilobytes each (too long for
 // `ip route` to list) and every placement pass dump and parse all of them.
 const maxSpreadPaths = 16
+
+// routeCheckInterval is how often at most a pass reads the kernel's routes
+// to VIPs: in a burst of Services passes run back to back, and each read
+// of 1000 multipath routes allocated megabytes, which the Go heap grew by.
+// The passes between write what changed since the last; a route someone
+// else changed or removed is put back by the first pass a second after the
+// last read (the PlacementResync's at the latest).
+const routeCheckInterval = time.Second
 
 // vipPaths decides the host's route to each answered VIP (answering: VIP →
 // answering node; ranked: VIP → its best eligible nodes, at most
@@ -93,7 +103,11 @@ func (p *placement) applySpread(ctx context.Context, snap snapshot, ranked map[n
 	addr := func(node string, vip netip.Addr) (netip.Addr, bool) {
 		return bridgeAddress(snap.listed[node], subnets, vip.Is4())
 	}
-	if _, err := p.spread.ReconcilePaths(vipPaths(answering, ranked, affinity, addr)); err != nil {
+	write := p.spread.UpdatePaths
+	if now := time.Now(); now.Sub(p.routesCheckedAt) >= routeCheckInterval {
+		write, p.routesCheckedAt = p.spread.ReconcilePaths, now
+	}
+	if _, err := write(vipPaths(answering, ranked, affinity, addr)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot program the host's routes to VIPs")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider"
 )
 
 // hostPaths is the next hops of the host's proto-77 route to vip, sorted
@@ -41,10 +42,15 @@ func hostPaths(vip netip.Addr) string {
 
 func waitHostPaths(t *testing.T, vip netip.Addr, want []string, why string) {
 	t.Helper()
+	waitHostPathsFor(t, vip, want, why, 15*time.Second)
+}
+
+func waitHostPathsFor(t *testing.T, vip netip.Addr, want []string, why string, timeout time.Duration) {
+	t.Helper()
 	slices.Sort(want)
 	w := strings.Join(want, " ")
 	var got string
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		got = hostPaths(vip)
 		return got == w, nil
 	})
@@ -110,6 +116,15 @@ func TestLoadBalancerSpreadRoutes(t *testing.T) {
 	waitHostPaths(t, vip, []string{ips[answering()]}, "ClientIP affinity")
 	setAffinity(v1.ServiceAffinityNone)
 	waitHostPaths(t, vip, all, "affinity off again")
+
+	// A route someone else deletes (`ip route flush proto 77`, a network
+	// daemon) is put back by the next pass that reads the kernel's routes:
+	// the resync's at the latest, as nothing else changes here.
+	gone := &netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, Protocol: netroutes.VIPProtocol, Priority: netroutes.DefaultMetric}
+	if err := netlink.RouteDel(gone); err != nil {
+		t.Fatalf("deleting the route to %s: %v", vip, err)
+	}
+	waitHostPathsFor(t, vip, all, "route deleted by someone else", provider.PlacementResync+10*time.Second)
 
 	// A dead domain leaves the route with the ARP answer's move.
 	dead := answering()
