@@ -161,7 +161,7 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	}
 	// One broadcaster for the provider's events (upstream's controllers
 	// each keep their own): one correlator, one writer to the API server.
-	b := record.NewBroadcaster(record.WithContext(c.runCtx))
+	b := record.NewBroadcaster(record.WithContext(c.runCtx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorObjects}))
 	b.StartStructuredLogging(2)
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
 	go func() {
@@ -175,6 +175,14 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 		}
 	}
 }
+
+// eventCorrelatorObjects is how many objects' recent events the provider's
+// event correlator remembers (client-go's default is 4096), to count
+// repeats instead of writing new Events and to rate-limit each object. What
+// repeats is a few Services at a time (a VIP moving back and forth); a
+// burst of 1000 Services, each announced once, held an entry per Service
+// in each of its three caches for the next 10 minutes.
+const eventCorrelatorObjects = 256
 
 func (c *Cloud) components() []component {
 	var parts []component
