@@ -326,10 +326,11 @@ func readProcMem(pid int) (procMem, error) {
 // memSampler tracks the peaks of a process's anonymous and file-backed RSS
 // (the kernel keeps only the peak of their sum, VmHWM), every 20 ms.
 type memSampler struct {
-	pid  int
-	mu   sync.Mutex
-	peak procMem
-	stop func()
+	pid   int
+	mu    sync.Mutex
+	peak  procMem
+	phase procMem // peaks since phasePeaks last ran
+	stop  func()
 }
 
 func sampleMem(b *testing.B, pid int) *memSampler {
@@ -343,8 +344,7 @@ func sampleMem(b *testing.B, pid int) *memSampler {
 		for {
 			if m, err := readProcMem(pid); err == nil {
 				s.mu.Lock()
-				s.peak = procMem{anon: max(s.peak.anon, m.anon), file: max(s.peak.file, m.file),
-					rss: max(s.peak.rss, m.rss), hwm: max(s.peak.hwm, m.hwm)}
+				s.peak, s.phase = s.peak.max(m), s.phase.max(m)
 				s.mu.Unlock()
 			}
 			select {
@@ -363,6 +363,21 @@ func (s *memSampler) peaks() procMem {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak
+}
+
+// phasePeaks returns the peaks since the last call (or the start) and
+// starts counting anew: which part of a run the peak belongs to.
+func (s *memSampler) phasePeaks() procMem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.phase
+	s.phase = procMem{}
+	return p
+}
+
+// max is the larger of each reading of m and o.
+func (m procMem) max(o procMem) procMem {
+	return procMem{anon: max(m.anon, o.anon), file: max(m.file, o.file), rss: max(m.rss, o.rss), hwm: max(m.hwm, o.hwm)}
 }
 
 func mib(v int64) float64 { return float64(v) / (1 << 20) }

@@ -50,9 +50,14 @@ func BenchmarkCCMMemory(b *testing.B) {
 	start := time.Now()
 	f.register(b, 20*time.Second, 3*time.Minute)
 	b.Logf("%d Nodes initialized in %s", nodes, time.Since(start).Round(time.Millisecond))
+	nodesPeak := mem.phasePeaks()
+	passes0 := placementPasses(b, ccm)
 	start = time.Now()
 	createServices(b, "mem", services, 3*time.Minute)
 	b.Logf("%d Services announced in %s", services, time.Since(start).Round(time.Millisecond))
+	// Each pass places every VIP: how many the burst took drives what it
+	// allocates.
+	b.ReportMetric(placementPasses(b, ccm)-passes0, "services-placement-passes")
 	time.Sleep(5 * time.Second) // events flushed, placement settled
 	end, err := readProcMem(ccm.proc.Pid())
 	if err != nil {
@@ -63,11 +68,14 @@ func BenchmarkCCMMemory(b *testing.B) {
 	if dir := os.Getenv("LABCLOUD_BENCH_PROFILE_DIR"); dir != "" {
 		saveProfiles(b, ccm, dir, "mem-end")
 	}
-	peak := mem.peaks()
+	peak, servicesPeak := mem.peaks(), mem.phasePeaks()
 	b.ReportMetric(mib(idle.anon), "idle-anon-MiB")
 	b.ReportMetric(mib(idle.file), "idle-file-MiB")
 	b.ReportMetric(mib(peak.anon), "peak-anon-MiB")
 	b.ReportMetric(mib(peak.file), "peak-file-MiB")
+	// Which burst the peak belongs to.
+	b.ReportMetric(mib(nodesPeak.anon), "nodes-peak-anon-MiB")
+	b.ReportMetric(mib(servicesPeak.anon), "services-peak-anon-MiB")
 	b.ReportMetric(mib(max(peak.hwm, end.hwm)), "peak-rss-MiB")
 	b.ReportMetric(mib(end.anon), "end-anon-MiB")
 	b.ReportMetric(mib(end.file), "end-file-MiB")
