@@ -46,6 +46,7 @@ func BenchmarkCCMMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	cpu0 := cpuTicks(b, ccm.proc.Pid())
+	alloc0 := ccmMetric(b, ccm, "go_memstats_alloc_bytes_total")
 
 	start := time.Now()
 	f.register(b, 20*time.Second, 3*time.Minute)
@@ -65,6 +66,8 @@ func BenchmarkCCMMemory(b *testing.B) {
 	}
 	// What the work cost the CCM (the GC's share included), in CPU seconds.
 	b.ReportMetric(float64(cpuTicks(b, ccm.proc.Pid())-cpu0)/100, "cpu-s")
+	// What the Go heap allocated for it: the rate the GC keeps up with.
+	b.ReportMetric((ccmMetric(b, ccm, "go_memstats_alloc_bytes_total")-alloc0)/1e9, "alloc-GB")
 	if dir := os.Getenv("LABCLOUD_BENCH_PROFILE_DIR"); dir != "" {
 		saveProfiles(b, ccm, dir, "mem-end")
 	}

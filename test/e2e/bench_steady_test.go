@@ -303,8 +303,14 @@ func cpuTicks(tb testing.TB, pid int) int64 {
 }
 
 // placementPasses reads how many placement passes the CCM has run from its
-// /metrics, as a cluster admin through the secure port.
+// /metrics.
 func placementPasses(tb testing.TB, c *ccm) float64 {
+	tb.Helper()
+	return ccmMetric(tb, c, "labcloud_lb_placement_pass_seconds_count")
+}
+
+// ccmMetric reads the unlabelled sample name from the CCM's /metrics.
+func ccmMetric(tb testing.TB, c *ccm, name string) float64 {
 	tb.Helper()
 	code, body, err := get(fmt.Sprintf("https://127.0.0.1:%d/metrics", c.securePort), adminToken(tb))
 	if err != nil || code != http.StatusOK {
@@ -314,9 +320,9 @@ func placementPasses(tb testing.TB, c *ccm) float64 {
 	if err := testutil.ParseMetrics(body, &ms); err != nil {
 		tb.Fatal(err)
 	}
-	v, ok := sampleValue(ms, "labcloud_lb_placement_pass_seconds_count", nil)
+	v, ok := sampleValue(ms, name, nil)
 	if !ok {
-		tb.Fatal("/metrics has no labcloud_lb_placement_pass_seconds_count")
+		tb.Fatalf("/metrics has no %s", name)
 	}
 	return v
 }
