@@ -63,10 +63,7 @@ func (m *Manager) UpdatePaths(desired []Paths) (int, error) {
 	if m.paths == nil {
 		return m.reconcilePaths(want)
 	}
-	link, err := m.bridge()
-	if err != nil {
-		return 0, err
-	}
+	next := m.fingerprints(want)
 	before := m.writes.Load()
 	var errs []error
 	for dst := range m.paths {
@@ -74,13 +71,22 @@ func (m *Manager) UpdatePaths(desired []Paths) (int, error) {
 			errs = append(errs, m.delKey(m.pathsKey(dst)))
 		}
 	}
+	var changed []netip.Prefix
 	for _, dst := range sortedPrefixes(want) {
-		if old, ok := m.paths[dst]; ok && old == m.fingerprint(want[dst]) {
-			continue
+		if old, ok := m.paths[dst]; !ok || old != next[dst] {
+			changed = append(changed, dst)
 		}
-		errs = append(errs, m.replacePaths(want[dst], link))
 	}
-	m.setPaths(want, errors.Join(errs...))
+	if len(changed) > 0 { // the bridge is looked up only to write
+		if link, err := m.bridge(); err != nil {
+			errs = append(errs, err)
+		} else {
+			for _, dst := range changed {
+				errs = append(errs, m.replacePaths(want[dst], link))
+			}
+		}
+	}
+	m.setPaths(next, errors.Join(errs...))
 	return int(m.writes.Load() - before), errors.Join(errs...)
 }
 
@@ -142,21 +148,26 @@ func (m *Manager) reconcilePaths(want map[netip.Prefix]Paths) (int, error) {
 			errs = append(errs, m.replacePaths(want[dst], link))
 		}
 	}
-	m.setPaths(want, errors.Join(errs...))
+	m.setPaths(m.fingerprints(want), errors.Join(errs...))
 	return int(m.writes.Load() - before), errors.Join(errs...)
 }
 
-// setPaths records want as the routes in place, or forgets them after a
-// failed write: the next UpdatePaths then reads the kernel again.
-func (m *Manager) setPaths(want map[netip.Prefix]Paths, err error) {
-	m.paths = nil
+// setPaths records the fingerprints of the routes now in place, or forgets
+// them after a failed write: the next UpdatePaths then reads the kernel.
+func (m *Manager) setPaths(fingerprints map[netip.Prefix]uint64, err error) {
+	m.paths = fingerprints
 	if err != nil {
-		return
+		m.paths = nil
 	}
-	m.paths = make(map[netip.Prefix]uint64, len(want))
+}
+
+// fingerprints is each wanted route's fingerprint, by destination.
+func (m *Manager) fingerprints(want map[netip.Prefix]Paths) map[netip.Prefix]uint64 {
+	out := make(map[netip.Prefix]uint64, len(want))
 	for dst, p := range want {
-		m.paths[dst] = m.fingerprint(p)
+		out[dst] = m.fingerprint(p)
 	}
+	return out
 }
 
 // fingerprint stands for p's sorted gateways. Two sets with the same one
