@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -230,6 +231,21 @@ func (h *fakeHypervisor) setState(name string, st libvirtcloud.State) {
 			}
 			d.State = st
 			h.doms[u] = d
+			for _, ch := range h.subs {
+				ch <- libvirtcloud.Event{Domain: d}
+			}
+		}
+	}
+}
+
+// undefine removes a domain and publishes the event, as the libvirt cache
+// does when a domain is undefined.
+func (h *fakeHypervisor) undefine(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for u, d := range h.doms {
+		if d.Name == name {
+			delete(h.doms, u)
 			for _, ch := range h.subs {
 				ch <- libvirtcloud.Event{Domain: d}
 			}
@@ -796,6 +812,45 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 	f.waitFor("re-announced via "+first.name, func() bool { return f.ann.answering(vip).String() == first.mac.String() })
 	if n := len(f.ann.probes); n != 1 {
 		t.Errorf("failover probed %d times; the address was claimed once", n)
+	}
+}
+
+// A VIP whose node is gone moves, and the move says why: placement finds
+// the node it leaves by the last pass's facts of its MAC, since neither the
+// Node nor the domain is there to ask.
+func TestLoadBalancerFailoverWhenNodeOrDomainIsGone(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason string
+		gone         func(f *lbFixture, n testNode)
+	}{
+		{"Node deleted", metrics.MoveNodeDeleted, func(f *lbFixture, n testNode) {
+			if err := f.client.CoreV1().Nodes().Delete(f.ctx, n.name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"domain undefined", metrics.MoveDomainDown, func(f *lbFixture, n testNode) { f.hv.undefine(n.name) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
+			vip := f.mustEnsure(lbService("web"))
+			first, ok := nodeOf(f.ann.answering(vip))
+			if !ok {
+				t.Fatalf("answered by %v", f.ann.answering(vip))
+			}
+			other := otherNode(first)
+			moves := counter(t, metrics.VIPMoves.WithLabelValues(tc.reason))
+
+			tc.gone(f, first)
+			f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+			if n := moves(); n != 1 {
+				t.Errorf("%v moves with reason %s, want 1", n, tc.reason)
+			}
+			f.waitFor(ReasonMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonMoved) == 1 })
+			want := fmt.Sprintf("%s moved from node %s to node %s", vip, first.name, other.name)
+			if ev := f.drain(); !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, want) }) {
+				t.Errorf("events %q, want one saying %q", ev, want)
+			}
+		})
 	}
 }
 

@@ -386,24 +386,76 @@ func (p *placement) sync(ctx context.Context, svc *v1.Service) {
 	close(b.done)
 }
 
-// snapshot is one pass's view of the world.
+// snapshot is one pass's view of the world. Each Node's view is kept once,
+// in views, and the maps hold indexes into it: with 1000 Nodes, five maps
+// from names (and MACs) to facts and Nodes took a megabyte, kept between
+// passes and live in every pass of a burst.
 type snapshot struct {
-	facts       map[string]nodeFacts // eligible-by-node-state Nodes
-	unavailable bool                 // some hypervisor could not be asked
-
-	// What tells why a VIP left a node, and which node a MAC is.
-	listed map[string]*v1.Node  // every Node
-	known  map[string]nodeFacts // every Node's domain facts known now
-	byMAC  map[string]macHolder // by MAC: this pass's facts, else the last pass's
-	// Nodes whose Ready is Unknown (kube-controller-manager stopped hearing
-	// from their kubelet) but that may answer otherwise.
-	unknown map[string]nodeFacts
+	unavailable bool // some hypervisor could not be asked
+	// views are the Nodes listed now, then the last pass's facts of
+	// domains whose MAC no listed Node's facts have now (a Node deleted,
+	// a domain gone): what tells why a VIP left a node.
+	views  []nodeView
+	byName map[string]int32 // listed Nodes
+	byMAC  map[macKey]int32 // by MAC: this pass's facts, else the last pass's
 }
 
-// macHolder is the node whose domain has a MAC, and that domain's facts.
-type macHolder struct {
-	node  string
-	facts nodeFacts
+// nodeView is what a pass knows of one Node.
+type nodeView struct {
+	name  string
+	node  *v1.Node  // nil in a view of the last pass's facts
+	facts nodeFacts // if known
+	known bool      // its domain's facts are known now (kept if its hypervisor cannot be asked)
+	role  nodeRole
+}
+
+// nodeRole is what a listed Node with known facts may do, by its Node.
+type nodeRole uint8
+
+const (
+	roleNone      nodeRole = iota
+	roleCandidate          // Ready, not excluded, not being deleted: answers if its domain is eligible
+	roleUnknown            // Ready is Unknown, not excluded, not being deleted
+)
+
+// macKey is a MAC on the bridge as a map key (libvirt's are EUI-48).
+type macKey [6]byte
+
+func keyOf(mac net.HardwareAddr) (macKey, bool) {
+	var k macKey
+	if len(mac) != len(k) {
+		return k, false
+	}
+	copy(k[:], mac)
+	return k, true
+}
+
+// view is the listed Node name's view.
+func (s snapshot) view(name string) (nodeView, bool) {
+	i, ok := s.byName[name]
+	if !ok {
+		return nodeView{}, false
+	}
+	return s.views[i], true
+}
+
+// holder is the view whose facts have mac: this pass's, else the last's.
+func (s snapshot) holder(mac net.HardwareAddr) (nodeView, bool) {
+	k, ok := keyOf(mac)
+	if !ok {
+		return nodeView{}, false
+	}
+	i, ok := s.byMAC[k]
+	if !ok {
+		return nodeView{}, false
+	}
+	return s.views[i], true
+}
+
+// candidate is the facts of Node name if it is a candidate.
+func (s snapshot) candidate(name string) (nodeFacts, bool) {
+	v, ok := s.view(name)
+	return v.facts, ok && v.role == roleCandidate
 }
 
 // pass places every VIP and applies the result; its caller holds the
@@ -423,12 +475,12 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 	}
 	log := klog.FromContext(ctx)
 	snap := p.snapshot(ctx)
-	defer clear(snap.listed) // keeps no Node the informer has replaced
+	defer clear(snap.views) // keeps no Node the informer has replaced
 	vips := p.alloc.VIPs()
-	base := make([]string, 0, len(snap.facts))
-	for name, f := range snap.facts {
-		if p.eligible(name, f) {
-			base = append(base, name)
+	var base []string
+	for _, v := range snap.views {
+		if v.role == roleCandidate && p.eligible(v.name, v.facts) {
+			base = append(base, v.name)
 		}
 	}
 	want := make(map[netip.Addr][]string, len(vips))
@@ -464,7 +516,7 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 		}
 		// While a hypervisor cannot be asked, a VIP answered by a node
 		// whose state is not known now stays where it is.
-		if now != nil && snap.unavailable && (from == "" || !snap.facts[from].fresh) {
+		if f, _ := snap.candidate(from); now != nil && snap.unavailable && (from == "" || !f.fresh) {
 			continue
 		}
 		if now != nil {
@@ -487,7 +539,8 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 			p.event(hs, given, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
 			continue
 		}
-		mac := snap.facts[to].mac
+		target, _ := snap.candidate(to)
+		mac := target.mac
 		if bytes.Equal(now, mac) {
 			if len(given) > 0 {
 				_ = p.ann.SetAfter(ip, mac, time.Time{}) // repairs a neighbour entry that failed before
@@ -509,16 +562,17 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 			continue
 		}
 		metrics.VIPMoves.WithLabelValues(reason).Inc()
-		if h, ok := snap.byMAC[now.String()]; ok {
-			from = h.node
+		if h, ok := snap.holder(now); ok {
+			from = h.name
 		} else {
 			from = now.String()
 		}
 		log.Info("VIP moved", "ip", ip, "from", from, "to", to, "mac", mac, "reason", reason)
 		p.event(hs, given, v1.EventTypeNormal, ReasonMoved, "%s moved from node %s to node %s (%s)", ip, from, to, mac)
 	}
-	p.applySpread(ctx, snap, ranked, holders, given)
-	p.conds.update(p.answers(snap, holders))
+	answering := p.ann.Answering() // after this pass's changes
+	p.applySpread(ctx, snap, answering, ranked, holders, given)
+	p.conds.update(answers(snap, answering, holders))
 	p.wakeAt(holdEnds)
 }
 
@@ -541,16 +595,17 @@ func (p *placement) wakeAt(t time.Time) {
 // it: withdrawing or moving every VIP after a control-plane outage would
 // turn a blip into a data-plane outage.
 func (p *placement) keepOnUnknown(snap snapshot, now net.HardwareAddr, holders []string, given givenServices) (time.Time, bool) {
-	h, ok := snap.byMAC[now.String()]
+	h, ok := snap.holder(now)
 	if !ok {
 		return time.Time{}, false
 	}
-	f, unknown := snap.unknown[h.node]
-	if !unknown || !f.fresh || !bytes.Equal(f.mac, now) || !p.eligible(h.node, f) ||
-		!slices.Contains(p.narrow([]string{h.node}, holders, given), h.node) {
+	v, _ := snap.view(h.name)
+	f := v.facts
+	if v.role != roleUnknown || !f.fresh || !bytes.Equal(f.mac, now) || !p.eligible(h.name, f) ||
+		!slices.Contains(p.narrow([]string{h.name}, holders, given), h.name) {
 		return time.Time{}, false
 	}
-	return readyChanged(snap.listed[h.node]).Add(UnknownHold), true
+	return readyChanged(v.node).Add(UnknownHold), true
 }
 
 // moveReason tells why the node answering for a VIP with mac no longer
@@ -558,22 +613,22 @@ func (p *placement) keepOnUnknown(snap snapshot, now net.HardwareAddr, holders [
 // libvirt event took its domain down, when that event came: the start of
 // the failover the announcer times.
 func (p *placement) moveReason(snap snapshot, mac net.HardwareAddr, eligible []string) (string, time.Time) {
-	h, ok := snap.byMAC[mac.String()]
+	h, ok := snap.holder(mac)
 	if !ok {
 		return metrics.MoveUnknown, time.Time{}
 	}
-	n, listed := snap.listed[h.node]
+	v, listed := snap.view(h.name)
+	n := v.node
 	if !listed || n.DeletionTimestamp != nil {
 		return metrics.MoveNodeDeleted, time.Time{}
 	}
-	f, known := snap.known[h.node]
-	if !known {
+	if !v.known {
 		// The hypervisor says the domain is gone: it went down last pass
 		// or was undefined since.
 		return metrics.MoveDomainDown, h.facts.downEvent
 	}
-	if !p.eligible(h.node, f) {
-		return metrics.MoveDomainDown, f.downEvent
+	if !p.eligible(h.name, v.facts) {
+		return metrics.MoveDomainDown, v.facts.downEvent
 	}
 	if _, excluded := n.Labels[excludeLabel]; excluded {
 		return metrics.MoveNodeExcluded, time.Time{}
@@ -581,21 +636,20 @@ func (p *placement) moveReason(snap snapshot, mac net.HardwareAddr, eligible []s
 	if !nodeReady(n) {
 		return metrics.MoveNodeNotReady, time.Time{}
 	}
-	if !slices.Contains(eligible, h.node) {
+	if !slices.Contains(eligible, h.name) {
 		return metrics.MoveEndpoints, time.Time{}
 	}
 	return metrics.MoveRebalance, time.Time{}
 }
 
 // answers says, for each Service holding a claimed VIP, who answers for
-// each of its VIPs now.
-func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[string][]lb.Answer {
-	answering := p.ann.Answering()
+// each of its VIPs now (answering: VIP → MAC, the announcer's).
+func answers(snap snapshot, answering map[netip.Addr]net.HardwareAddr, holders map[netip.Addr][]string) map[string][]lb.Answer {
 	out := make(map[string][]lb.Answer, len(holders))
 	for ip, hs := range holders {
 		a := lb.Answer{VIP: ip, MAC: answering[ip]}
-		if a.MAC != nil {
-			a.Node = snap.byMAC[a.MAC.String()].node
+		if h, ok := snap.holder(a.MAC); ok {
+			a.Node = h.name
 		}
 		for _, k := range hs {
 			out[k] = append(out[k], a)
@@ -604,91 +658,100 @@ func (p *placement) answers(snap snapshot, holders map[netip.Addr][]string) map[
 	return out
 }
 
-// snapshot reads the Nodes that may answer (Ready, not excluded, not being
-// deleted) and their domains. A Node whose hypervisor cannot be asked keeps
-// its last known facts. The snapshot's maps are the last pass's, emptied:
-// with 1000 Nodes, new maps for every pass were 0.7 of the 1.9 GB the CCM
-// allocated over BenchmarkCCMMemory, and reusing them saves 3-4 of its 20
-// CPU seconds there, for a megabyte kept between passes.
+// snapshot reads every Node and its domain's facts. A Node whose
+// hypervisor cannot be asked keeps its last known facts. The snapshot's
+// slice and maps are the last pass's, emptied: with 1000 Nodes, new ones
+// for every pass were 0.7 of the 1.9 GB the CCM allocated over
+// BenchmarkCCMMemory, and reusing them saves 3-4 of its 20 CPU seconds
+// there.
 func (p *placement) snapshot(ctx context.Context) snapshot {
 	all, err := p.nodes.List(labels.Everything())
 	snap := &p.snap
 	snap.reset(len(all))
-	for name, f := range p.known {
-		if f.mac != nil {
-			snap.byMAC[f.mac.String()] = macHolder{node: name, facts: f}
-		}
-	}
 	if err != nil {
+		// Nothing listed: the last pass's facts tell only who had a MAC.
+		for name, f := range p.known {
+			snap.add(nodeView{name: name, facts: f})
+		}
 		return *snap
 	}
 	for _, n := range all {
-		snap.listed[n.Name] = n
+		v := nodeView{name: n.Name, node: n}
 		d, _, err := p.instances.find(ctx, n)
 		switch {
 		case err == nil:
-			f := nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
-			p.known[n.Name] = f
+			v.facts = nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
+			v.known = true
 		case errors.Is(err, libvirtcloud.ErrNotFound):
-			delete(p.known, n.Name)
 		default:
 			snap.unavailable = true
-		}
-		f, ok := p.known[n.Name]
-		if ok {
-			if err != nil {
-				f.fresh = false
-			}
-			snap.known[n.Name] = f
-			if f.mac != nil {
-				snap.byMAC[f.mac.String()] = macHolder{node: n.Name, facts: f}
-			}
+			v.facts, v.known = p.known[n.Name]
+			v.facts.fresh = false
 		}
 		_, excluded := n.Labels[excludeLabel]
-		if excluded || n.DeletionTimestamp != nil {
-			continue
+		switch {
+		case !v.known || excluded || n.DeletionTimestamp != nil:
+		case nodeReady(n):
+			v.role = roleCandidate
+		case readyUnknown(n):
+			v.role = roleUnknown
 		}
-		if !nodeReady(n) {
-			if ok && readyUnknown(n) {
-				snap.unknown[n.Name] = f
+		snap.add(v)
+	}
+	// The last pass's facts of MACs that no listed Node's facts have now.
+	for name, f := range p.known {
+		if k, ok := keyOf(f.mac); ok {
+			if _, held := snap.byMAC[k]; !held {
+				snap.add(nodeView{name: name, facts: f})
 			}
-			continue
-		}
-		if ok {
-			snap.facts[n.Name] = f
 		}
 	}
 	for name := range p.known {
-		if _, listed := snap.listed[name]; !listed {
-			delete(p.known, name)
+		if v, listed := snap.view(name); !listed || !v.known {
+			delete(p.known, name) // deleted, or the hypervisor says its domain is gone
+		}
+	}
+	for _, v := range snap.views {
+		if v.node != nil && v.known && v.facts.fresh {
+			p.known[v.name] = v.facts
 		}
 	}
 	return *snap
 }
 
-// reset empties s for a pass over nodes Nodes, keeping its maps' room.
+// add appends v, indexing it by name if it is a listed Node's and by MAC
+// if its facts have one.
+func (s *snapshot) add(v nodeView) {
+	i := int32(len(s.views))
+	s.views = append(s.views, v)
+	if v.node != nil {
+		s.byName[v.name] = i
+	}
+	if k, ok := keyOf(v.facts.mac); ok && (v.known || v.node == nil) {
+		s.byMAC[k] = i
+	}
+}
+
+// reset empties s for a pass over nodes Nodes, keeping its room.
 func (s *snapshot) reset(nodes int) {
-	if s.listed == nil {
-		*s = snapshot{facts: make(map[string]nodeFacts, nodes), listed: make(map[string]*v1.Node, nodes), known: make(map[string]nodeFacts, nodes),
-			byMAC: make(map[string]macHolder, nodes), unknown: map[string]nodeFacts{}}
+	if s.byName == nil {
+		*s = snapshot{views: make([]nodeView, 0, nodes), byName: make(map[string]int32, nodes), byMAC: make(map[macKey]int32, nodes)}
 		return
 	}
-	clear(s.facts)
-	clear(s.listed)
-	clear(s.known)
+	s.views = s.views[:0]
+	clear(s.byName)
 	clear(s.byMAC)
-	clear(s.unknown)
 	s.unavailable = false
 }
 
-// nodeWithMAC is the node among facts whose domain has mac on the bridge.
+// nodeWithMAC is the candidate Node whose domain has mac on the bridge.
 func (s snapshot) nodeWithMAC(mac net.HardwareAddr) string {
-	if mac == nil {
+	h, ok := s.holder(mac)
+	if !ok {
 		return ""
 	}
-	h, ok := s.byMAC[mac.String()]
-	if f, in := s.facts[h.node]; ok && in && bytes.Equal(f.mac, mac) {
-		return h.node
+	if f, in := s.candidate(h.name); in && bytes.Equal(f.mac, mac) {
+		return h.name
 	}
 	return ""
 }
@@ -734,7 +797,7 @@ func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
 		if i.Bridge != bridge {
 			continue
 		}
-		if mac, err := net.ParseMAC(i.MAC); err == nil {
+		if mac, err := net.ParseMAC(i.MAC); err == nil && len(mac) == len(macKey{}) {
 			return mac
 		}
 	}

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -55,14 +56,16 @@ const routeCheckInterval = time.Second
 // the VIP's family; a node without one is left out, and a VIP whose
 // answering node has none gets no route (the host reaches it by ARP).
 func vipPaths(answering map[netip.Addr]string, ranked map[netip.Addr][]string, affinity map[netip.Addr]bool, addr func(node string, vip netip.Addr) (netip.Addr, bool)) []netroutes.Paths {
-	var out []netroutes.Paths
+	out := make([]netroutes.Paths, 0, len(answering))
 	for vip, node := range answering {
 		gw, ok := addr(node, vip)
 		if !ok {
 			continue
 		}
-		p := netroutes.Paths{Dst: netip.PrefixFrom(vip, vip.BitLen()), Gateways: []netip.Addr{gw}}
-		if nodes := ranked[vip]; !affinity[vip] && slices.Contains(nodes, node) {
+		nodes := ranked[vip]
+		p := netroutes.Paths{Dst: netip.PrefixFrom(vip, vip.BitLen()), Gateways: make([]netip.Addr, 1, 1+len(nodes))}
+		p.Gateways[0] = gw
+		if !affinity[vip] && slices.Contains(nodes, node) {
 			for _, n := range nodes {
 				if a, ok := addr(n, vip); ok && n != node {
 					p.Gateways = append(p.Gateways, a)
@@ -74,10 +77,10 @@ func vipPaths(answering map[netip.Addr]string, ranked map[netip.Addr][]string, a
 	return out
 }
 
-// applySpread programs the host's routes to every VIP answered now (after
-// the pass's announcer changes, so a route never names a node the ARP
-// answer has left).
-func (p *placement) applySpread(ctx context.Context, snap snapshot, ranked map[netip.Addr][]string, holders map[netip.Addr][]string, given givenServices) {
+// applySpread programs the host's routes to every VIP answered now
+// (answering: the announcer's VIPs and MACs after the pass's changes, so a
+// route never names a node the ARP answer has left).
+func (p *placement) applySpread(ctx context.Context, snap snapshot, answeringMACs map[netip.Addr]net.HardwareAddr, ranked map[netip.Addr][]string, holders map[netip.Addr][]string, given givenServices) {
 	if p.spread == nil {
 		return
 	}
@@ -87,9 +90,9 @@ func (p *placement) applySpread(ctx context.Context, snap snapshot, ranked map[n
 		return
 	}
 	answering := map[netip.Addr]string{}
-	for vip, mac := range p.ann.Answering() {
-		if h, ok := snap.byMAC[mac.String()]; ok {
-			answering[vip] = h.node
+	for vip, mac := range answeringMACs {
+		if h, ok := snap.holder(mac); ok {
+			answering[vip] = h.name
 		}
 	}
 	affinity := map[netip.Addr]bool{}
@@ -101,7 +104,8 @@ func (p *placement) applySpread(ctx context.Context, snap snapshot, ranked map[n
 		}
 	}
 	addr := func(node string, vip netip.Addr) (netip.Addr, bool) {
-		return bridgeAddress(snap.listed[node], subnets, vip.Is4())
+		v, _ := snap.view(node)
+		return bridgeAddress(v.node, subnets, vip.Is4())
 	}
 	write := p.spread.UpdatePaths
 	if now := time.Now(); now.Sub(p.routesCheckedAt) >= routeCheckInterval {
