@@ -41,6 +41,10 @@ import (
 //     accessors that never reach a driver (Free, Ref, GetName, GetUUID...)
 //     are not counted (notCalls). Keepalive pings are not API calls.
 //   - CPU: utime+stime of the CCM's process over the window.
+//   - Allocation: the bytes the Go heap allocated over the window (what the
+//     collector's work at steady state grows with), per minute;
+//     LABCLOUD_BENCH_PROFILE_DIR saves heap profiles at both ends, whose
+//     difference (pprof -base) says what allocated them.
 //
 // Within 60 s of its start-up the CCM's periodic resync of the domain cache
 // (every 5 m) does not come: a window of LABCLOUD_STEADY_WINDOW=6m holds
@@ -81,6 +85,10 @@ func BenchmarkSteadyState(b *testing.B) {
 	log0 := fileSize(libvirtLog)
 	ccmLog0 := fileSize(ccm.proc.Log)
 	passes0 := placementPasses(b, ccm)
+	alloc0 := ccmMetric(b, ccm, "go_memstats_alloc_bytes_total")
+	if dir := os.Getenv("LABCLOUD_BENCH_PROFILE_DIR"); dir != "" {
+		saveProfiles(b, ccm, dir, "steady-0")
+	}
 	t0 := time.Now()
 	// Every Node reports its status once in the window, as a kubelet does
 	// every 5 minutes when nothing changes: a heartbeat that changes
@@ -88,6 +96,10 @@ func BenchmarkSteadyState(b *testing.B) {
 	reported := reportHeartbeats(b, f.prefix, nodes, window)
 	t1 := time.Now()
 	cpu1 := cpuTicks(b, pid)
+	b.ReportMetric((ccmMetric(b, ccm, "go_memstats_alloc_bytes_total")-alloc0)/1e6/t1.Sub(t0).Minutes(), "alloc-MB/min")
+	if dir := os.Getenv("LABCLOUD_BENCH_PROFILE_DIR"); dir != "" {
+		saveProfiles(b, ccm, dir, "steady-1")
+	}
 	passes := placementPasses(b, ccm) - passes0
 	if ccm.proc.Exited() {
 		b.Fatalf("the CCM exited during the window:\n%s", ccm.proc.Tail(30))
