@@ -90,14 +90,19 @@ func (m *Manager) UpdatePaths(desired []Paths) (int, error) {
 	return int(m.writes.Load() - before), errors.Join(errs...)
 }
 
-// wantPaths checks desired and keys it by destination, gateways sorted.
+// wantPaths checks desired and keys it by destination, gateways sorted
+// and without repeats. Gateways already so are used as they are (a
+// placement pass's 1000 routes of 16 next hops are 0.4 MB); others are
+// sorted in a copy, leaving the caller's alone.
 func wantPaths(desired []Paths) (map[netip.Prefix]Paths, error) {
 	want := make(map[netip.Prefix]Paths, len(desired))
 	var errs []error
 	for _, p := range desired {
-		p.Gateways = slices.Clone(p.Gateways)
-		slices.SortFunc(p.Gateways, netip.Addr.Compare)
-		p.Gateways = slices.Compact(p.Gateways)
+		if !sortedUnique(p.Gateways) {
+			p.Gateways = slices.Clone(p.Gateways)
+			slices.SortFunc(p.Gateways, netip.Addr.Compare)
+			p.Gateways = slices.Compact(p.Gateways)
+		}
 		if err := checkPaths(p); err != nil {
 			errs = append(errs, err)
 			continue
@@ -109,6 +114,16 @@ func wantPaths(desired []Paths) (map[netip.Prefix]Paths, error) {
 		want[p.Dst] = p
 	}
 	return want, errors.Join(errs...)
+}
+
+// sortedUnique says whether gws is in ascending order without repeats.
+func sortedUnique(gws []netip.Addr) bool {
+	for i := 1; i < len(gws); i++ {
+		if gws[i-1].Compare(gws[i]) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // reconcilePaths is ReconcilePaths with m.mu held.

@@ -193,3 +193,25 @@ func TestUpdatePathsWritesWhatChangedSinceItsLastWrite(t *testing.T) {
 		t.Errorf("stale owned route still there after the update that followed a failure: %v", got)
 	}
 }
+
+// wantPaths takes gateways already sorted and unique as they are, and sorts
+// any others in a copy: the caller's slices are never changed.
+func TestWantPathsSortsInACopyOnly(t *testing.T) {
+	a, b, c := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")
+	sorted := []netip.Addr{a, b, c}
+	unsorted := []netip.Addr{c, a, c, b}
+	dst1, dst2 := netip.MustParsePrefix("10.9.0.1/32"), netip.MustParsePrefix("10.9.0.2/32")
+	want, err := wantPaths([]Paths{{Dst: dst1, Gateways: sorted}, {Dst: dst2, Gateways: unsorted}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := want[dst2].Gateways; !slices.Equal(got, sorted) {
+		t.Errorf("gateways %v became %v, want %v", unsorted, got, sorted)
+	}
+	if !slices.Equal(unsorted, []netip.Addr{c, a, c, b}) {
+		t.Errorf("the caller's gateways were changed to %v", unsorted)
+	}
+	if &want[dst1].Gateways[0] != &sorted[0] {
+		t.Error("sorted gateways were copied")
+	}
+}

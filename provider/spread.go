@@ -72,6 +72,8 @@ func vipPaths(answering map[netip.Addr]string, ranked map[netip.Addr][]string, a
 				}
 			}
 		}
+		// Sorted, as netroutes keeps them: it then takes them as they are.
+		slices.SortFunc(p.Gateways, netip.Addr.Compare)
 		out = append(out, p)
 	}
 	return out

@@ -60,7 +60,7 @@ func TestVIPPaths(t *testing.T) {
 }
 
 // TestVIPPathsCapped: a VIP eligible on 1000 nodes gets maxSpreadPaths
-// next hops (the answering node's first), not 1000: a route with a next hop
+// next hops (the answering node's among them), not 1000: a route with a next hop
 // per node made every placement pass dump and parse megabytes of routes,
 // and was too large for `ip route` to list. The choice is stable (rendezvous
 // hashing): a node leaving changes only the routes that named it, by one
@@ -88,8 +88,8 @@ func TestVIPPathsCapped(t *testing.T) {
 	used := map[netip.Addr]bool{}
 	for _, vip := range vips {
 		gws := before[vip]
-		if len(gws) != maxSpreadPaths || gws[0] != addrs[answering[vip]] {
-			t.Fatalf("%s: %d next hops %v, want %d starting with the answering node's %s", vip, len(gws), gws, maxSpreadPaths, addrs[answering[vip]])
+		if len(gws) != maxSpreadPaths || !slices.Contains(gws, addrs[answering[vip]]) {
+			t.Fatalf("%s: %d next hops %v, want %d with the answering node's %s", vip, len(gws), gws, maxSpreadPaths, addrs[answering[vip]])
 		}
 		for _, g := range gws {
 			used[g] = true
