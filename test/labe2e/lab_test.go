@@ -316,12 +316,20 @@ func TestLab(t *testing.T) {
 		answered[got] = true
 		return ""
 	})
-	for range 20 {
-		if got, err := l.curl("http://" + vip + "/hostname"); err == nil {
-			answered[got] = true
+	// kube-proxy on a TCG guest may program the other pods' endpoints
+	// seconds after the rollout is done: ask until two pods have answered,
+	// for up to a minute.
+	var failed []string // why requests failed, for the spread check below
+	requests := 0
+	for deadline := time.Now().Add(time.Minute); len(answered) < 2 && time.Now().Before(deadline); requests++ {
+		got, err := l.curl("http://" + vip + "/hostname")
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%v: %s", err, got))
+			continue
 		}
+		answered[got] = true
 	}
-	t.Logf("VIP %s announced via %s, answered by pods %v", vip, announcer, answered)
+	t.Logf("VIP %s announced via %s, answered by pods %v after %d requests, %d of them failed", vip, announcer, answered, requests, len(failed))
 	// The host's route to the VIP spreads over both nodes (status reads it).
 	eventually(t, "status shows the spread route to "+vip, time.Minute, time.Second, func() string {
 		for _, s := range l.status().Services {
@@ -334,7 +342,14 @@ func TestLab(t *testing.T) {
 		return "no default/web row"
 	})
 	if len(answered) < 2 {
-		t.Errorf("20 requests to %s reached only %v; kube-proxy should spread them over 3 pods", vip, answered)
+		var routed []string
+		for _, s := range l.status().Services {
+			if s.Service == "default/web" {
+				routed = s.RoutedVia
+			}
+		}
+		t.Errorf("%d requests to %s in a minute reached only %v; kube-proxy should spread them over 3 pods (pods: %v; failed requests: %q; host route via %v)",
+			requests, vip, answered, podNode, failed, routed)
 	}
 
 	// NodePort on every node.
