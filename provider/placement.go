@@ -744,13 +744,11 @@ func (s *snapshot) reset(nodes int) {
 	s.unavailable = false
 }
 
-// nodeWithMAC is the candidate Node whose domain has mac on the bridge.
+// nodeWithMAC is the candidate Node whose domain has mac on the bridge. A
+// listed Node's view holds its MAC whenever its facts are known, so the
+// holder's own role says it.
 func (s snapshot) nodeWithMAC(mac net.HardwareAddr) string {
-	h, ok := s.holder(mac)
-	if !ok {
-		return ""
-	}
-	if f, in := s.candidate(h.name); in && bytes.Equal(f.mac, mac) {
+	if h, ok := s.holder(mac); ok && h.role == roleCandidate {
 		return h.name
 	}
 	return ""
