@@ -18,6 +18,7 @@ func TestCCMArgs(t *testing.T) {
 		"--authentication-kubeconfig=/tmp/x/kc",
 		"--authorization-kubeconfig=/tmp/x/kc",
 		"--leader-elect=true",
+		"--bind-address=127.0.0.1",
 		"--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16", "--configure-cloud-routes=true",
 	}
 	if !slices.Equal(args, want) {
@@ -60,6 +61,30 @@ func TestExecStart(t *testing.T) {
 		}
 		if err != nil || !slices.Equal(got, tt.want) {
 			t.Errorf("%q: %q, %v; want %q", tt.unit, got, err, tt.want)
+		}
+	}
+}
+
+func TestUnitSandbox(t *testing.T) {
+	s, err := CCMSandbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Bounding, []string{"CAP_NET_ADMIN", "CAP_NET_RAW"}) || !s.NoNewPrivileges {
+		t.Fatalf("the shipped unit's sandbox is %+v, want CAP_NET_ADMIN CAP_NET_RAW and no new privileges", s)
+	}
+	got := s.Wrap([]string{"/bin/ccm", "--v=2"})
+	want := []string{"setpriv", "--bounding-set", "-all,+net_admin,+net_raw", "--inh-caps", "-all,+net_admin,+net_raw",
+		"--ambient-caps", "-all,+net_admin,+net_raw", "--no-new-privs", "--", "/bin/ccm", "--v=2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Wrap =\n%q\nwant\n%q", got, want)
+	}
+	for _, tt := range []struct{ unit, err string }{
+		{"[Service]\nExecStart=/bin/x --a\n", "no CapabilityBoundingSet"},
+		{"[Service]\nCapabilityBoundingSet=~CAP_SYS_ADMIN\n", "want names like"},
+	} {
+		if _, err := UnitSandbox([]byte(tt.unit)); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%q: err = %v, want %q", tt.unit, err, tt.err)
 		}
 	}
 }

@@ -146,13 +146,20 @@ func checkCCMServing(ctx context.Context, adminKubeconfig, base string, timeout 
 	return err
 }
 
-// launchCCM starts the CCM as a daemon with the command recorded in the
-// state (runCCM records it; chaos restarts the CCM with it) and records its pid.
+// launchCCM starts the CCM as a daemon, in the unit's sandbox, with the
+// command recorded in the state (runCCM records it; chaos restarts the CCM with it) and records its pid.
 func (s *State) launchCCM() error {
 	if len(s.CCMCommand) == 0 {
 		return fmt.Errorf("no CCM command in the lab state %s", statePath(s.Dir))
 	}
-	p, err := controlplane.StartDaemon(ccmLog(s.Dir), s.CCMCommand[0], s.CCMCommand[1:]...)
+	// Confined as the shipped unit confines it (capabilities, no new
+	// privileges): the lab meets what an installed CCM meets.
+	sandbox, err := examples.CCMSandbox()
+	if err != nil {
+		return fmt.Errorf("the CCM's sandbox from examples/: %w", err)
+	}
+	argv := sandbox.Wrap(s.CCMCommand)
+	p, err := controlplane.StartDaemon(ccmLog(s.Dir), argv[0], argv[1:]...)
 	if err != nil {
 		return err
 	}

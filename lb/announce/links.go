@@ -103,11 +103,21 @@ func (w NetlinkLinks) subscribe(ctx context.Context) (chan netlink.LinkUpdate, c
 	logger := klog.FromContext(ctx)
 	updates := make(chan netlink.LinkUpdate, 16)
 	done := make(chan struct{})
-	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
-		Namespace:     w.Namespace,
-		ListExisting:  true,
-		ErrorCallback: func(err error) { logger.V(2).Info("Link updates", "err", err) },
-	})
+	// The subscription's socket belongs to the namespace of the thread that
+	// opens it; netlink's own Namespace option would enter the namespace
+	// even when the thread is already in it, which needs CAP_SYS_ADMIN.
+	subscribe := func() error {
+		return netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+			ListExisting:  true,
+			ErrorCallback: func(err error) { logger.V(2).Info("Link updates", "err", err) },
+		})
+	}
+	var err error
+	if w.Namespace != nil {
+		err = inNamespace(*w.Namespace, subscribe)
+	} else {
+		err = subscribe()
+	}
 	if err != nil {
 		close(done)
 		return nil, nil, err

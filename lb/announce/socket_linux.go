@@ -69,9 +69,11 @@ func reopenIn(ns netns.NsHandle) Reopen {
 	}
 }
 
-// inNamespace runs fn on a thread switched into ns and switches it back; a
-// thread that cannot be switched back stays locked and dies with its
-// goroutine.
+// inNamespace runs fn on a thread in ns. A thread already there (every
+// thread of an installed CCM) is not switched: entering a namespace takes
+// CAP_SYS_ADMIN, even one's own, and the shipped unit grants only
+// CAP_NET_ADMIN and CAP_NET_RAW. A thread that was switched and cannot be
+// switched back stays locked and dies with its goroutine.
 func inNamespace(ns netns.NsHandle, fn func() error) error {
 	runtime.LockOSThread()
 	orig, err := netns.Get()
@@ -80,6 +82,10 @@ func inNamespace(ns netns.NsHandle, fn func() error) error {
 		return fmt.Errorf("current network namespace: %w", err)
 	}
 	defer orig.Close()
+	if orig.Equal(ns) {
+		defer runtime.UnlockOSThread()
+		return fn()
+	}
 	if err := netns.Set(ns); err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("entering the bridge's network namespace: %w", err)

@@ -143,7 +143,8 @@ type ccm struct {
 	securePort int
 }
 
-// startCCM runs the CCM binary as examples/ ships it: the flags of
+// startCCM runs the CCM binary as examples/ ships it: confined as the unit
+// confines it (examples.CCMSandbox), with the flags of
 // examples/libvirt-cloud-controller-manager.service (leader election,
 // secure serving with delegated authentication and authorization) with
 // the test's kubeconfig and cloud config in place of the unit's files, and
@@ -177,7 +178,12 @@ func startCCM(t testing.TB, cloudConfig string, extraArgs ...string) *ccm {
 	}
 	env.ccmMu.Unlock()
 	args = append(args, extraArgs...)
-	p, err := controlplane.StartProcess(context.Background(), filepath.Join(dir, "ccm.log"), env.ccmBin, args...)
+	sandbox, err := examples.CCMSandbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := sandbox.Wrap(append([]string{env.ccmBin}, args...))
+	p, err := controlplane.StartProcess(context.Background(), filepath.Join(dir, "ccm.log"), argv[0], argv[1:]...)
 	if err != nil {
 		t.Fatal(err)
 	}
