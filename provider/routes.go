@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -31,16 +31,20 @@ import (
 // which Node; this file turns its calls into owned kernel routes
 // "<podCIDR> via <node InternalIP> dev <bridge> proto <protocol>" through a
 // netroutes.Manager. The decisions (which gateway, which Node a route
-// belongs to) are pure functions below; the methods only do the I/O.
+// belongs to, which pod CIDRs may be routed at all: podcidr.go) are pure
+// functions; the methods only do the I/O.
 //
 // One libvirt host serves one cluster, so the clusterName argument of every
 // method is ignored.
 
 // routeTable is what the provider needs from the kernel's routes.
-// *netroutes.Manager satisfies it.
+// kernelTable satisfies it.
 type routeTable interface {
 	// Subnets are the bridge's global subnets: next hops must be on them.
 	Subnets() ([]netip.Prefix, error)
+	// Connected are the subnets of every address on every link of the
+	// host: no pod CIDR may overlap one.
+	Connected() ([]netip.Prefix, error)
 	// List returns the owned routes only.
 	List() ([]netroutes.Route, error)
 	// Ensure makes r the only owned route to r.Dst, writing nothing if it is.
@@ -53,7 +57,9 @@ type routeTable interface {
 // Event reasons on Nodes.
 const (
 	// EventRouteNotCreated: the Node's pod CIDR cannot be routed on the
-	// bridge (typically: the Node has no InternalIP on the bridge's subnet).
+	// bridge (the Node has no InternalIP on the bridge's subnet) or must not
+	// be (podcidr.go: outside --cluster-cidr, special-purpose, connected to
+	// the host, or an older Node's).
 	EventRouteNotCreated = "RouteNotCreated"
 )
 
@@ -64,8 +70,9 @@ const nodeCacheTimeout = 30 * time.Second
 var errNoRoute = errors.New("no route")
 
 type routes struct {
-	bridge string
-	table  routeTable
+	bridge  string
+	table   routeTable
+	cluster []netip.Prefix // --cluster-cidr: pod CIDRs must lie inside
 
 	// Set by start.
 	nodes    corelisters.NodeLister
@@ -75,10 +82,10 @@ type routes struct {
 
 var _ cloudprovider.Routes = (*routes)(nil)
 
-// newRoutes programs routes in the CCM's own network namespace. A bridge
-// that does not exist is an error naming it: the CCM must not start
-// pretending to route.
-func newRoutes(cfg RoutesConfig, _ []Hypervisor) (*routes, error) {
+// newRoutes programs routes in the CCM's own network namespace, to pod
+// CIDRs inside clusterCIDRs only. A bridge that does not exist is an error
+// naming it: the CCM must not start pretending to route.
+func newRoutes(cfg RoutesConfig, clusterCIDRs []netip.Prefix, _ []Hypervisor) (*routes, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
 		return nil, fmt.Errorf("routes: netlink handle: %w", err)
@@ -93,7 +100,39 @@ func newRoutes(cfg RoutesConfig, _ []Hypervisor) (*routes, error) {
 		h.Close()
 		return nil, fmt.Errorf("routes.bridge: %w", err)
 	}
-	return &routes{bridge: cfg.Bridge, table: m}, nil
+	return &routes{bridge: cfg.Bridge, table: kernelTable{Manager: m, h: h}, cluster: slices.Clone(clusterCIDRs)}, nil
+}
+
+// kernelTable is the routeTable of the CCM's network namespace: the owned
+// routes on the bridge, and the addresses of every link.
+type kernelTable struct {
+	*netroutes.Manager
+	h *netlink.Handle // the Manager's; safe for concurrent use
+}
+
+var _ routeTable = kernelTable{}
+
+// Connected dumps the addresses of every link, retrying a dump interrupted
+// by a concurrent change (its result may be incomplete).
+func (k kernelTable) Connected() ([]netip.Prefix, error) {
+	var addrs []netlink.Addr
+	var err error
+	for range 5 {
+		if addrs, err = k.h.AddrList(nil, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	nets := make([]*net.IPNet, 0, len(addrs))
+	for _, a := range addrs {
+		nets = append(nets, a.IPNet)
+		if a.Peer != nil {
+			nets = append(nets, a.Peer)
+		}
+	}
+	return connectedSubnets(nets), nil
 }
 
 // start wires the Node lister (registered with informers, which the caller
@@ -107,8 +146,12 @@ func (r *routes) start(_ context.Context, _ kubernetes.Interface, factory inform
 }
 
 // ListRoutes returns labcloud's routes on the bridge, each with the Node
-// whose InternalIP is its gateway. A route no Node claims comes back as a
-// blackhole, which the route controller deletes.
+// whose InternalIP is its gateway. A route no Node claims, or one that
+// CreateRoute would now refuse, comes back as a blackhole, which the route
+// controller deletes. The controller never deletes a route outside the
+// cluster CIDR, so ListRoutes removes such an owned route itself (written by
+// an older CCM, or before --cluster-cidr changed): it could only capture
+// traffic that is not a pod's.
 func (r *routes) ListRoutes(ctx context.Context, _ string) ([]*cloudprovider.Route, error) {
 	nodes, err := r.listNodes(ctx)
 	if err != nil {
@@ -118,13 +161,30 @@ func (r *routes) ListRoutes(ctx context.Context, _ string) ([]*cloudprovider.Rou
 	if err != nil {
 		return nil, fmt.Errorf("list routes on bridge %s: %w", r.bridge, err)
 	}
-	return cloudRoutes(owned, nodes), nil
+	var connected []netip.Prefix
+	if len(owned) > 0 {
+		if connected, err = r.table.Connected(); err != nil {
+			return nil, fmt.Errorf("list routes on bridge %s: %w", r.bridge, err)
+		}
+	}
+	listed, stray := cloudRoutes(owned, nodes, podCIDRRules{cluster: r.cluster, connected: connected})
+	logger := klog.FromContext(ctx)
+	for _, s := range stray {
+		// Logged, not returned: an error would stop every other route's reconcile.
+		if err := r.table.Remove(s.route); err != nil {
+			logger.Error(err, "Could not remove a route outside the cluster CIDR", "route", s.route, "bridge", r.bridge, "reason", s.reason)
+			continue
+		}
+		logger.Info("Removed a route outside the cluster CIDR, which the route controller never deletes", "route", s.route, "bridge", r.bridge, "reason", s.reason)
+	}
+	return listed, nil
 }
 
 // CreateRoute routes route.DestinationCIDR via the Node's InternalIP on the
 // bridge's subnet. The addresses come from route.TargetNodeAddresses, then
-// from the Node cache. It writes nothing when the route exists. A Node with
-// no usable address gets a Warning event and an error naming it.
+// from the Node cache. It writes nothing when the route exists. A pod CIDR
+// that must not be routed (podCIDRRules) or a Node with no usable address
+// gets a Warning event and an error naming the Node, the CIDR and why.
 func (r *routes) CreateRoute(ctx context.Context, _ string, nameHint string, route *cloudprovider.Route) error {
 	name := string(route.TargetNode)
 	logger := klog.FromContext(ctx).WithValues("node", name, "podCIDR", route.DestinationCIDR, "bridge", r.bridge)
@@ -132,15 +192,20 @@ func (r *routes) CreateRoute(ctx context.Context, _ string, nameHint string, rou
 	if err != nil {
 		return fmt.Errorf("route for node %s: %w", name, err)
 	}
-	var cached *v1.Node
-	if r.nodes != nil {
-		if n, err := r.nodes.Get(name); err == nil {
-			cached = n
-		} else if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("route for node %s: %w", name, err)
-		}
+	connected, err := r.table.Connected()
+	if err != nil {
+		return fmt.Errorf("route for node %s: %w", name, err)
 	}
-	want, problem := planRoute(subnets, route, cached)
+	// Every Node, for the claims of others to the same CIDR.
+	nodes, err := r.listNodes(ctx)
+	if err != nil {
+		return fmt.Errorf("route for node %s: %w", name, err)
+	}
+	var cached *v1.Node
+	if i := slices.IndexFunc(nodes, func(n *v1.Node) bool { return n.Name == name }); i >= 0 {
+		cached = nodes[i]
+	}
+	want, problem := planRoute(routeFacts{subnets: subnets, rules: podCIDRRules{cluster: r.cluster, connected: connected}, nodes: nodes}, route)
 	if problem != nil {
 		err := fmt.Errorf("%w on bridge %s for %s", errNoRoute, r.bridge, problem)
 		r.warn(name, types.UID(nameHint), cached, err.Error())
@@ -200,15 +265,31 @@ func (r *routes) warn(name string, uid types.UID, cached *v1.Node, msg string) {
 	r.recorder.Event(ref, v1.EventTypeWarning, EventRouteNotCreated, msg)
 }
 
-// planRoute is CreateRoute's decision: the route for one pod CIDR, via the
-// first InternalIP on a bridge subnet of the CIDR's family, looked for in the
-// route's addresses and then in the cached Node's. It reuses
-// netroutes.Desired, so CreateRoute and a full reconcile agree.
-func planRoute(subnets []netip.Prefix, route *cloudprovider.Route, cached *v1.Node) (netroutes.Route, *netroutes.Problem) {
+// routeFacts are the values CreateRoute decides from.
+type routeFacts struct {
+	subnets []netip.Prefix // the bridge's: a next hop must be on one
+	rules   podCIDRRules
+	nodes   []*v1.Node // the Node cache: the target's addresses, others' claims
+}
+
+// planRoute is CreateRoute's decision: nothing for a pod CIDR that must not
+// be routed (podCIDRRules.refusal); else the route via the first InternalIP
+// on a bridge subnet of the CIDR's family, looked for in the route's
+// addresses and then in the cached Node's. It reuses netroutes.Desired, so
+// CreateRoute and a full reconcile agree.
+func planRoute(f routeFacts, route *cloudprovider.Route) (netroutes.Route, *netroutes.Problem) {
 	name := string(route.TargetNode)
 	dst, err := netip.ParsePrefix(route.DestinationCIDR)
 	if err != nil {
 		return netroutes.Route{}, &netroutes.Problem{Node: name, Reason: fmt.Sprintf("pod CIDR %q: %v", route.DestinationCIDR, err)}
+	}
+	dst = dst.Masked()
+	if why := f.rules.refusal(dst, name, podCIDROwner(f.nodes, dst)); why != "" {
+		return netroutes.Route{}, &netroutes.Problem{Node: name, PodCIDR: dst, Reason: why}
+	}
+	var cached *v1.Node
+	if i := slices.IndexFunc(f.nodes, func(n *v1.Node) bool { return n.Name == name }); i >= 0 {
+		cached = f.nodes[i]
 	}
 	addrs := internalIPs(route.TargetNodeAddresses)
 	if cached != nil {
@@ -218,7 +299,7 @@ func planRoute(subnets []netip.Prefix, route *cloudprovider.Route, cached *v1.No
 			}
 		}
 	}
-	want, problems := netroutes.Desired(subnets, []netroutes.Node{{Name: name, PodCIDRs: []netip.Prefix{dst}, Addresses: addrs}})
+	want, problems := netroutes.Desired(f.subnets, []netroutes.Node{{Name: name, PodCIDRs: []netip.Prefix{dst}, Addresses: addrs}})
 	if len(problems) > 0 {
 		return netroutes.Route{}, &problems[0]
 	}
@@ -228,11 +309,26 @@ func planRoute(subnets []netip.Prefix, route *cloudprovider.Route, cached *v1.No
 	return want[0], nil
 }
 
+// strayRoute is an owned route that ListRoutes removes itself.
+type strayRoute struct {
+	route  netroutes.Route
+	reason string
+}
+
 // cloudRoutes is ListRoutes' decision: each owned route with the Node whose
 // InternalIP is its gateway. When several Nodes share that address, the one
 // claiming the destination wins, else the first by name. A gateway that is
-// no Node's InternalIP makes the route a blackhole.
-func cloudRoutes(owned []netroutes.Route, nodes []*v1.Node) []*cloudprovider.Route {
+// no Node's InternalIP, or a destination that rules refuse for that Node,
+// makes the route a blackhole. With cluster CIDRs known, a route the route
+// controller would never delete (outside them) is not listed but returned
+// as stray. Without cluster CIDRs nothing is refused: the route controller
+// does not run then.
+func cloudRoutes(owned []netroutes.Route, nodes []*v1.Node, rules podCIDRRules) (listed []*cloudprovider.Route, stray []strayRoute) {
+	judge := len(rules.cluster) > 0
+	var owners map[netip.Prefix]string
+	if judge {
+		owners = podCIDROwners(nodes)
+	}
 	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	byIP := map[netip.Addr][]*v1.Node{}
 	for _, n := range nodes {
@@ -242,23 +338,32 @@ func cloudRoutes(owned []netroutes.Route, nodes []*v1.Node) []*cloudprovider.Rou
 			}
 		}
 	}
-	out := make([]*cloudprovider.Route, 0, len(owned))
+	listed = make([]*cloudprovider.Route, 0, len(owned))
 	for _, o := range owned {
 		cr := &cloudprovider.Route{Name: routeName(o), DestinationCIDR: o.Dst.String()}
-		candidates := byIP[o.Gateway.Unmap()]
-		if len(candidates) == 0 {
-			cr.Blackhole = true
-			out = append(out, cr)
+		var target string
+		if candidates := byIP[o.Gateway.Unmap()]; len(candidates) > 0 {
+			target = candidates[0].Name
+			if i := slices.IndexFunc(candidates, func(n *v1.Node) bool { return claims(n, o.Dst) }); i >= 0 {
+				target = candidates[i].Name
+			}
+		}
+		why := ""
+		if judge {
+			why = rules.refusal(o.Dst, target, owners[o.Dst])
+		}
+		switch {
+		case why != "" && !controllerDeletes(o.Dst, rules.cluster):
+			stray = append(stray, strayRoute{route: o, reason: why})
 			continue
+		case target == "" || why != "":
+			cr.Blackhole = true
+		default:
+			cr.TargetNode = types.NodeName(target)
 		}
-		target := candidates[0]
-		if i := slices.IndexFunc(candidates, func(n *v1.Node) bool { return claims(n, o.Dst) }); i >= 0 {
-			target = candidates[i]
-		}
-		cr.TargetNode = types.NodeName(target.Name)
-		out = append(out, cr)
+		listed = append(listed, cr)
 	}
-	return out
+	return listed, stray
 }
 
 // routeToDelete is DeleteRoute's decision: the exact route named by

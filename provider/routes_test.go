@@ -61,6 +61,8 @@ func rtRoute(dst, gw string) netroutes.Route {
 var rtSubnets = []netip.Prefix{netip.MustParsePrefix("10.88.0.0/24"), netip.MustParsePrefix("fd00:88::/64")}
 
 func TestPlanRoute(t *testing.T) {
+	// Wide enough that only the next-hop rules decide (podcidr_test.go has the rest).
+	rules := podCIDRRules{cluster: prefixes("10.0.0.0/8", "fd00::/8")}
 	for _, tc := range []struct {
 		name    string
 		subnets []netip.Prefix
@@ -95,13 +97,19 @@ func TestPlanRoute(t *testing.T) {
 			TargetNodeAddresses: rtAddrs("InternalIP", "10.88.0.11")}, problem: `node "a": pod CIDR "10.244.1/24"`},
 		{name: "host bits are masked", route: cloudprovider.Route{TargetNode: "a", DestinationCIDR: "10.244.1.7/24",
 			TargetNodeAddresses: rtAddrs("InternalIP", "10.88.0.11")}, want: "10.244.1.0/24 via 10.88.0.11"},
+		{name: "refused before any next hop is looked for", route: cloudprovider.Route{TargetNode: "a", DestinationCIDR: "128.0.0.0/1",
+			TargetNodeAddresses: rtAddrs("InternalIP", "10.88.0.11")}, problem: `node "a" pod CIDR 128.0.0.0/1: overlaps 169.254.0.0/16 (link-local)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			subnets := tc.subnets
 			if subnets == nil {
 				subnets = rtSubnets
 			}
-			got, problem := planRoute(subnets, &tc.route, tc.cached)
+			var nodes []*v1.Node
+			if tc.cached != nil {
+				nodes = []*v1.Node{tc.cached}
+			}
+			got, problem := planRoute(routeFacts{subnets: subnets, rules: rules, nodes: nodes}, &tc.route)
 			switch {
 			case tc.problem != "":
 				if problem == nil || !strings.Contains(problem.String(), tc.problem) {
@@ -146,7 +154,10 @@ func TestCloudRoutes(t *testing.T) {
 		{Name: "10.244.8.0/24 via 10.88.0.99", DestinationCIDR: "10.244.8.0/24", Blackhole: true},
 		{Name: "10.244.9.0/24 via 10.88.0.11", TargetNode: "a", DestinationCIDR: "10.244.9.0/24"},
 	}
-	got := cloudRoutes(owned, nodes)
+	got, stray := cloudRoutes(owned, nodes, podCIDRRules{cluster: rtCluster, connected: rtSubnets})
+	if len(stray) != 0 {
+		t.Errorf("stray routes: %v", stray)
+	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d routes, want %d: %v", len(got), len(want), got)
 	}
@@ -155,7 +166,7 @@ func TestCloudRoutes(t *testing.T) {
 			t.Errorf("route %d = %+v, want %+v", i, *got[i], want[i])
 		}
 	}
-	if got := cloudRoutes(owned[:1], nil); len(got) != 1 || !got[0].Blackhole {
+	if got, _ := cloudRoutes(owned[:1], nil, podCIDRRules{cluster: rtCluster}); len(got) != 1 || !got[0].Blackhole {
 		t.Errorf("with no nodes: %+v, want a blackhole", got)
 	}
 }
@@ -194,18 +205,21 @@ func TestRouteToDelete(t *testing.T) {
 
 // fakeTable is an in-memory routeTable that counts writes.
 type fakeTable struct {
-	mu      sync.Mutex
-	subnets []netip.Prefix
-	routes  map[netip.Prefix]netip.Addr
-	writes  int
-	err     error // returned by every call when set
+	mu        sync.Mutex
+	subnets   []netip.Prefix
+	connected []netip.Prefix
+	routes    map[netip.Prefix]netip.Addr
+	writes    int
+	err       error // returned by every call when set
 }
 
 func newFakeTable() *fakeTable {
-	return &fakeTable{subnets: rtSubnets, routes: map[netip.Prefix]netip.Addr{}}
+	return &fakeTable{subnets: rtSubnets, connected: rtSubnets, routes: map[netip.Prefix]netip.Addr{}}
 }
 
 func (f *fakeTable) Subnets() ([]netip.Prefix, error) { return f.subnets, f.err }
+
+func (f *fakeTable) Connected() ([]netip.Prefix, error) { return f.connected, f.err }
 
 func (f *fakeTable) List() ([]netroutes.Route, error) {
 	f.mu.Lock()
@@ -290,7 +304,7 @@ func waitEvent(t *testing.T, client *fake.Clientset, node, reason, msg string) v
 func TestCreateRouteWithoutBridgeAddressWarnsTheNode(t *testing.T) {
 	table := newFakeTable()
 	off := rtNode("off-bridge", []string{"10.244.3.0/24"}, "192.168.50.3")
-	r := &routes{bridge: "br-test", table: table}
+	r := &routes{bridge: "br-test", table: table, cluster: rtCluster}
 	client := startRoutes(t, r, off)
 
 	err := r.CreateRoute(context.Background(), "kubernetes", string(off.UID), &cloudprovider.Route{
@@ -307,10 +321,88 @@ func TestCreateRouteWithoutBridgeAddressWarnsTheNode(t *testing.T) {
 	}
 }
 
+func TestCreateRouteRefusesPodCIDRsThatAreNotPods(t *testing.T) {
+	table := newFakeTable()
+	table.connected = append(slices.Clone(rtSubnets), netip.MustParsePrefix("10.244.9.0/24")) // another network's bridge
+	onBridge := func(n *v1.Node, ip string) *v1.Node {
+		n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}
+		return n
+	}
+	nodes := []*v1.Node{
+		onBridge(bornNode("hostile", 1, "128.0.0.0/1"), "10.88.0.11"),
+		onBridge(bornNode("outside", 1, "10.245.1.0/24"), "10.88.0.12"),
+		onBridge(bornNode("conn", 1, "10.244.9.0/24"), "10.88.0.13"),
+		onBridge(bornNode("dup-new", 9, "10.244.5.0/24"), "10.88.0.14"),
+		onBridge(bornNode("dup-old", 2, "10.244.5.0/24"), "10.88.0.15"),
+	}
+	r := &routes{bridge: "br-test", table: table, cluster: rtCluster}
+	client := startRoutes(t, r, nodes...)
+	ctx := context.Background()
+	create := func(r *routes, n *v1.Node) error {
+		return r.CreateRoute(ctx, "kubernetes", string(n.UID), &cloudprovider.Route{
+			TargetNode: types.NodeName(n.Name), DestinationCIDR: n.Spec.PodCIDRs[0], TargetNodeAddresses: n.Status.Addresses})
+	}
+
+	for _, tc := range []struct {
+		node *v1.Node
+		want string
+	}{
+		{nodes[0], `node "hostile" pod CIDR 128.0.0.0/1: overlaps 169.254.0.0/16 (link-local)`},
+		{nodes[1], `node "outside" pod CIDR 10.245.1.0/24: not inside the cluster CIDR 10.244.0.0/16 (--cluster-cidr)`},
+		{nodes[2], `node "conn" pod CIDR 10.244.9.0/24: overlaps 10.244.9.0/24, a subnet connected to this host`},
+		{nodes[3], `node "dup-new" pod CIDR 10.244.5.0/24: also claimed by node "dup-old", which keeps it`},
+	} {
+		err := create(r, tc.node)
+		if !errors.Is(err, errNoRoute) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CreateRoute for %s = %v, want errNoRoute with %q", tc.node.Name, err, tc.want)
+		}
+		waitEvent(t, client, tc.node.Name, EventRouteNotCreated, tc.want)
+	}
+	if len(table.routes) != 0 || table.writes != 0 {
+		t.Fatalf("routes written for refused pod CIDRs: %v", table.routes)
+	}
+	// The first claimant keeps its CIDR.
+	if err := create(r, nodes[4]); err != nil {
+		t.Fatalf("CreateRoute for the older claimant: %v", err)
+	}
+	if gw := table.routes[netip.MustParsePrefix("10.244.5.0/24")]; gw != netip.MustParseAddr("10.88.0.15") {
+		t.Errorf("10.244.5.0/24 via %v, want the older claimant's 10.88.0.15", gw)
+	}
+
+	// Without --cluster-cidr nothing is routed, and the event says why.
+	bare := &routes{bridge: "br-test", table: newFakeTable()}
+	client = startRoutes(t, bare, nodes[4])
+	if err := create(bare, nodes[4]); !errors.Is(err, errNoRoute) || !strings.Contains(err.Error(), "--cluster-cidr") {
+		t.Errorf("CreateRoute without cluster CIDRs = %v, want errNoRoute naming --cluster-cidr", err)
+	}
+	waitEvent(t, client, "dup-old", EventRouteNotCreated, `node "dup-old" pod CIDR 10.244.5.0/24: no cluster CIDR to check it against: start the CCM with --cluster-cidr`)
+}
+
+func TestListRoutesRemovesRoutesOutsideTheClusterCIDR(t *testing.T) {
+	table := newFakeTable()
+	a := rtNode("a", []string{"10.244.1.0/24"}, "10.88.0.11")
+	r := &routes{bridge: "br-test", table: table, cluster: rtCluster}
+	startRoutes(t, r, a)
+	table.routes[netip.MustParsePrefix("10.244.1.0/24")] = netip.MustParseAddr("10.88.0.11")
+	table.routes[netip.MustParsePrefix("64.0.0.0/2")] = netip.MustParseAddr("10.88.0.11") // an older CCM's, for a hostile Node
+	table.routes[netip.MustParsePrefix("10.88.0.0/25")] = netip.MustParseAddr("10.88.0.11")
+
+	listed, err := r.ListRoutes(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0].DestinationCIDR != "10.244.1.0/24" || listed[0].TargetNode != "a" {
+		t.Errorf("ListRoutes = %v, want a's route only", listed)
+	}
+	if len(table.routes) != 1 || table.writes != 2 {
+		t.Errorf("routes left %v after %d writes, want a's only after 2 removals", table.routes, table.writes)
+	}
+}
+
 func TestRoutesOverFakes(t *testing.T) {
 	table := newFakeTable()
 	a := rtNode("a", []string{"10.244.1.0/24", "fd10:244:1::/64"}, "10.88.0.11", "fd00:88::11")
-	r := &routes{bridge: "br-test", table: table}
+	r := &routes{bridge: "br-test", table: table, cluster: rtCluster}
 	startRoutes(t, r, a)
 	ctx := context.Background()
 
@@ -373,7 +465,7 @@ func TestRoutesOverFakes(t *testing.T) {
 func TestListRoutesWaitsForTheNodeCache(t *testing.T) {
 	table := newFakeTable()
 	table.routes[netip.MustParsePrefix("10.244.1.0/24")] = netip.MustParseAddr("10.88.0.11")
-	r := &routes{bridge: "br-test", table: table}
+	r := &routes{bridge: "br-test", table: table, cluster: rtCluster}
 	if _, err := r.ListRoutes(context.Background(), ""); err == nil {
 		t.Fatal("ListRoutes before start: no error (every route would look orphaned)")
 	}
@@ -495,8 +587,8 @@ func TestRoutesAgainstTheKernel(t *testing.T) {
 	var r *routes
 	var err, missingErr error
 	l.inNetns(t, func() {
-		r, err = newRoutes(RoutesConfig{Bridge: "rtbr0"}, nil)
-		_, missingErr = newRoutes(RoutesConfig{Bridge: "nope0"}, nil)
+		r, err = newRoutes(RoutesConfig{Bridge: "rtbr0"}, rtCluster, nil)
+		_, missingErr = newRoutes(RoutesConfig{Bridge: "nope0"}, rtCluster, nil)
 	})
 	if err != nil {
 		t.Fatalf("newRoutes: %v", err)
@@ -504,17 +596,23 @@ func TestRoutesAgainstTheKernel(t *testing.T) {
 	if missingErr == nil || !strings.Contains(missingErr.Error(), `routes.bridge: bridge "nope0"`) {
 		t.Fatalf("newRoutes with a missing bridge = %v, want an error naming the bridge", missingErr)
 	}
-	mgr := r.table.(*netroutes.Manager)
+	mgr := r.table.(kernelTable).Manager
 
 	a := rtNode("a", []string{"10.244.1.0/24", "fd10:244:1::/64"}, "192.168.77.11", "fd00:77::11")
 	b := rtNode("b", []string{"10.244.2.0/24"}, "192.168.77.12")
 	off := rtNode("off", []string{"10.244.3.0/24"}, "192.168.50.3")
-	startRoutes(t, r, a, b, off)
+	// c's pod CIDR is another network's subnet on the host (not the bridge).
+	conn := rtNode("c", []string{"10.244.9.0/24"}, "192.168.77.13")
+	l.ip(t, "link", "add", "other0", "type", "veth", "peer", "name", "other0-p")
+	l.ip(t, "addr", "add", "10.244.9.1/24", "dev", "other0")
+	startRoutes(t, r, a, b, off, conn)
 	ctx := context.Background()
 
-	// An operator's route to a's pod CIDR, and an owned route of a gone node.
+	// An operator's route to a's pod CIDR, an owned route of a gone node,
+	// and an owned route outside the cluster CIDR (an older CCM's).
 	l.ip(t, "route", "add", "10.244.1.0/24", "via", "192.168.77.200", "dev", "rtbr0", "proto", "static")
 	l.ip(t, "route", "add", "10.244.7.0/24", "via", "192.168.77.77", "dev", "rtbr0", "proto", "76", "metric", "3076")
+	l.ip(t, "route", "add", "64.0.0.0/2", "via", "192.168.77.11", "dev", "rtbr0", "proto", "76", "metric", "3076")
 
 	createAll := func() {
 		t.Helper()
@@ -564,6 +662,9 @@ func TestRoutesAgainstTheKernel(t *testing.T) {
 	if !slices.Equal(got, wantListed) {
 		t.Fatalf("ListRoutes:\n%s\nwant (the foreign route never listed):\n%s", strings.Join(got, "\n"), strings.Join(wantListed, "\n"))
 	}
+	if out := l.ip(t, "route", "show", "64.0.0.0/2"); strings.TrimSpace(out) != "" {
+		t.Errorf("the route outside the cluster CIDR is still there: %s", out)
+	}
 	for _, c := range listed {
 		if c.Blackhole {
 			if err := r.DeleteRoute(ctx, "kubernetes", c); err != nil {
@@ -582,6 +683,15 @@ func TestRoutesAgainstTheKernel(t *testing.T) {
 	}
 	if out := l.ip(t, "route", "show", "10.244.3.0/24"); strings.TrimSpace(out) != "" {
 		t.Errorf("a route for the node off the bridge: %s", out)
+	}
+	// A pod CIDR on another link of the host: refused, found by the dump of
+	// every link's addresses.
+	err = r.CreateRoute(ctx, "kubernetes", string(conn.UID), &cloudprovider.Route{TargetNode: "c", DestinationCIDR: "10.244.9.0/24", TargetNodeAddresses: conn.Status.Addresses})
+	if !errors.Is(err, errNoRoute) || !strings.Contains(err.Error(), `node "c" pod CIDR 10.244.9.0/24: overlaps 10.244.9.0/24, a subnet connected to this host`) {
+		t.Errorf("CreateRoute for a pod CIDR connected to the host = %v", err)
+	}
+	if out := l.ip(t, "route", "show", "10.244.9.0/24", "proto", "76"); strings.TrimSpace(out) != "" {
+		t.Errorf("a route for the connected pod CIDR: %s", out)
 	}
 
 	// `ip route flush proto 76` (a reboot, a daemon cleaning up): the

@@ -1,0 +1,246 @@
+package provider
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// Which pod CIDRs may be routed at all. A Node's spec.podCIDRs is whatever
+// its creator wrote, and a route "<podCIDR> via <node> dev <bridge>" beats
+// any shorter route on the host: a /1 takes half the Internet from the
+// default route. So a pod CIDR is routed only when it lies inside the
+// cluster CIDR (--cluster-cidr), touches no special-purpose range and no
+// subnet connected to the host, and no older Node claims it too. These are
+// pure functions over values; routes.go does the I/O.
+
+// specialPurpose are ranges no pod CIDR may overlap: traffic to them is
+// never a pod's (RFC 6890 and its IPv6 counterparts).
+var specialPurpose = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "this network"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved, with the broadcast address"},
+	{netip.MustParsePrefix("::/128"), "the unspecified address"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+}
+
+// ParseClusterCIDRs reads the value of --cluster-cidr as the upstream
+// route controller does: comma-separated CIDRs, at most one per family,
+// host bits ignored. Empty means none. It also refuses a cluster CIDR that
+// overlaps a special-purpose range (such as 10.244.0.0/0, a typo for /16):
+// no pod CIDR there could be routed. Errors name the flag and its value.
+func ParseClusterCIDRs(value string) ([]netip.Prefix, error) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return nil, nil
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("--cluster-cidr=%q: %s", value, fmt.Sprintf(format, args...))
+	}
+	var out []netip.Prefix
+	for _, s := range strings.Split(value, ",") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, bad("%q is not a CIDR (want e.g. 10.244.0.0/16, or an IPv4 and an IPv6 CIDR separated by a comma)", s)
+		}
+		p = p.Masked()
+		for _, sp := range specialPurpose {
+			if p.Overlaps(sp.prefix) {
+				return nil, bad("%s overlaps %s (%s), which no pod CIDR may", p, sp.prefix, sp.what)
+			}
+		}
+		if slices.ContainsFunc(out, func(q netip.Prefix) bool { return q.Addr().Is4() == p.Addr().Is4() }) {
+			return nil, bad("more than one %s CIDR (at most one per family, as the route controller requires)", prefixFamily(p))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// podCIDRRules are the facts, besides the Nodes, that decide whether a pod
+// CIDR may be routed at all, whatever its next hop.
+type podCIDRRules struct {
+	cluster   []netip.Prefix // from --cluster-cidr
+	connected []netip.Prefix // subnets of every address on the host's links
+}
+
+// refusal says why node must get no route to cidr (masked), or "" when it
+// may get one. owner is the Node that keeps cidr when several claim it
+// (podCIDROwner), "" when none does.
+func (r podCIDRRules) refusal(cidr netip.Prefix, node, owner string) string {
+	if len(r.cluster) == 0 {
+		return "no cluster CIDR to check it against: start the CCM with --cluster-cidr (the cluster's pod subnet)"
+	}
+	if cidr.Bits() == 0 {
+		return "a default route, which would capture all traffic"
+	}
+	for _, sp := range specialPurpose {
+		if cidr.Overlaps(sp.prefix) {
+			return fmt.Sprintf("overlaps %s (%s), which is never pod traffic", sp.prefix, sp.what)
+		}
+	}
+	if !slices.ContainsFunc(r.cluster, func(c netip.Prefix) bool { return prefixWithin(cidr, c) }) {
+		same := prefixesOfFamily(r.cluster, cidr)
+		if len(same) == 0 {
+			return fmt.Sprintf("no %s cluster CIDR (--cluster-cidr=%s)", prefixFamily(cidr), joinPrefixes(r.cluster))
+		}
+		return fmt.Sprintf("not inside the cluster CIDR %s (--cluster-cidr)", joinPrefixes(same))
+	}
+	for _, s := range r.connected {
+		if cidr.Overlaps(s) {
+			return fmt.Sprintf("overlaps %s, a subnet connected to this host", s)
+		}
+	}
+	if owner != "" && owner != node {
+		return fmt.Sprintf("also claimed by node %q, which keeps it (the oldest claiming Node, ties broken by name)", owner)
+	}
+	return ""
+}
+
+// prefixWithin reports whether p lies within c (same family, at least as long).
+func prefixWithin(p, c netip.Prefix) bool {
+	return c.Bits() <= p.Bits() && c.Contains(p.Addr())
+}
+
+// controllerDeletes reports whether the upstream route controller would
+// delete an unwanted route to dst: it only touches routes whose first or
+// last address is inside a cluster CIDR (isResponsibleForRoute).
+func controllerDeletes(dst netip.Prefix, cluster []netip.Prefix) bool {
+	first, last := dst.Masked().Addr(), lastAddr(dst)
+	return slices.ContainsFunc(cluster, func(c netip.Prefix) bool { return c.Contains(first) || c.Contains(last) })
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// podCIDROwner is the Node that keeps cidr when several claim it: the
+// oldest by creationTimestamp, ties broken by name; "" when none claims it.
+// Every replica and every pass agree, and a newcomer cannot take a CIDR.
+func podCIDROwner(nodes []*v1.Node, cidr netip.Prefix) string {
+	var owner *v1.Node
+	for _, n := range nodes {
+		if claims(n, cidr) && (owner == nil || firstClaimant(n, owner) < 0) {
+			owner = n
+		}
+	}
+	if owner == nil {
+		return ""
+	}
+	return owner.Name
+}
+
+// podCIDROwners is podCIDROwner for every claimed CIDR at once.
+func podCIDROwners(nodes []*v1.Node) map[netip.Prefix]string {
+	owner := map[netip.Prefix]*v1.Node{}
+	for _, n := range nodes {
+		for _, p := range podCIDRsOf(n) {
+			if o, ok := owner[p]; !ok || firstClaimant(n, o) < 0 {
+				owner[p] = n
+			}
+		}
+	}
+	out := make(map[netip.Prefix]string, len(owner))
+	for p, n := range owner {
+		out[p] = n.Name
+	}
+	return out
+}
+
+func firstClaimant(a, b *v1.Node) int {
+	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+// podCIDRsOf are the Node's parseable pod CIDRs, masked, each once.
+func podCIDRsOf(n *v1.Node) []netip.Prefix {
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil && !slices.Contains(out, p.Masked()) {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// connectedSubnets are the subnets of the host's addresses (and of each
+// point-to-point peer), masked, each once.
+func connectedSubnets(addrs []*net.IPNet) []netip.Prefix {
+	seen := sets.New[netip.Prefix]()
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if p, ok := prefixOfIPNet(a); ok && !seen.Has(p) {
+			seen.Insert(p)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func prefixOfIPNet(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	ones, bits := n.Mask.Size()
+	if !ok || bits == 0 {
+		return netip.Prefix{}, false
+	}
+	if bits == 32 {
+		a = a.Unmap()
+	}
+	if bits != a.BitLen() {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, ones).Masked(), true
+}
+
+func prefixesOfFamily(ps []netip.Prefix, p netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, q := range ps {
+		if q.Addr().Is4() == p.Addr().Is4() {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func prefixFamily(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
