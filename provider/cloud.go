@@ -43,8 +43,9 @@ type Cloud struct {
 	cfg         Config
 	hypervisors []Hypervisor
 	instances   *instances
-	routes      *routes       // nil unless routes.bridge is configured
-	lb          *loadBalancer // nil unless loadBalancer.bridge is configured
+	routes      *routes          // nil unless routes.bridge is configured
+	lb          *loadBalancer    // nil unless loadBalancer.bridge is configured
+	lbOff       *loadBalancerOff // serves LoadBalancer Services while lb is nil
 	ctx         context.Context
 	runCtx      context.Context      // from Initialize: ends when the CCM stops
 	client      kubernetes.Interface // from Initialize, for the components
@@ -66,13 +67,24 @@ var (
 func New(cfg Config, hypervisors []Hypervisor) *Cloud {
 	c := &Cloud{cfg: cfg, hypervisors: hypervisors}
 	c.instances = &instances{cfg: &c.cfg, hypervisors: hypervisors}
+	if cfg.LoadBalancer.Bridge == "" {
+		c.lbOff = &loadBalancerOff{}
+	}
 	return c
+}
+
+// Flags are the CCM command-line values the provider needs besides its
+// cloud config.
+type Flags struct {
+	// ClusterCIDRs are --cluster-cidr's (ParseClusterCIDRs): the only
+	// ranges pod-CIDR routes may go to. Without them no route is created.
+	ClusterCIDRs []netip.Prefix
 }
 
 // Open connects to every configured hypervisor (in the background: an
 // unreachable hypervisor makes lookups fail, not start-up) and returns the
 // provider. The connections live until ctx ends.
-func Open(ctx context.Context, cfg Config) (*Cloud, error) {
+func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 	sources := make([]libvirtcloud.AddressSource, 0, len(cfg.AddressSources))
 	for _, s := range cfg.AddressSources {
 		switch s {
@@ -119,8 +131,11 @@ func Open(ctx context.Context, cfg Config) (*Cloud, error) {
 	c.ctx = ctx
 	var err error
 	if cfg.Routes.Bridge != "" {
-		if c.routes, err = newRoutes(cfg.Routes, hvs); err != nil {
+		if c.routes, err = newRoutes(cfg.Routes, flags.ClusterCIDRs, hvs); err != nil {
 			return nil, err
+		}
+		if len(flags.ClusterCIDRs) == 0 {
+			klog.FromContext(ctx).Info("routes.bridge is set but --cluster-cidr is not: every CreateRoute will be refused", "bridge", cfg.Routes.Bridge)
 		}
 	}
 	if cfg.LoadBalancer.Bridge != "" {
@@ -192,6 +207,9 @@ func (c *Cloud) components() []component {
 	if c.lb != nil {
 		parts = append(parts, c.lb)
 	}
+	if c.lbOff != nil {
+		parts = append(parts, c.lbOff)
+	}
 	return parts
 }
 
@@ -216,5 +234,11 @@ func (c *Cloud) Clusters() (cloudprovider.Clusters, bool) { return nil, false }
 // Routes programs pod-CIDR routes on the bridge, when one is configured.
 func (c *Cloud) Routes() (cloudprovider.Routes, bool) { return c.routes, c.routes != nil }
 
-// LoadBalancer serves Services of type LoadBalancer, when a bridge is configured.
-func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return c.lb, c.lb != nil }
+// LoadBalancer serves Services of type LoadBalancer; without a configured
+// bridge and pools it tells each Service what to set.
+func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) {
+	if c.lb != nil {
+		return c.lb, true
+	}
+	return c.lbOff, true
+}

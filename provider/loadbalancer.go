@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -82,6 +83,8 @@ type loadBalancer struct {
 
 	mu     sync.Mutex
 	warned map[string]string // service → the request error last reported
+
+	announcerStopped atomic.Pointer[error] // why the announcer stopped before the CCM did
 }
 
 var _ cloudprovider.LoadBalancer = (*loadBalancer)(nil)
@@ -115,6 +118,7 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 	}
 	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools)
 	l.role.stand(ctx)
+	go l.runAnnouncer(ctx)
 	return l, nil
 }
 
@@ -143,11 +147,7 @@ func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, f
 		return err
 	}
 	if l.role == nil {
-		go func() {
-			if err := l.ann.Run(ctx); err != nil && ctx.Err() == nil {
-				klog.FromContext(ctx).Error(err, "VIP announcer stopped")
-			}
-		}()
+		go l.runAnnouncer(ctx)
 	}
 	go func() {
 		if l.role != nil {
@@ -163,6 +163,30 @@ func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, f
 		}
 		l.place.run(ctx)
 	}()
+	return nil
+}
+
+// runAnnouncer runs the announcer until ctx ends. One that stops before
+// (it cannot watch the bridge's link, say) answers no VIP on this host: the
+// CCM says so once, loudly, and checkDataPath reports it from then on.
+func (l *loadBalancer) runAnnouncer(ctx context.Context) {
+	err := l.ann.Run(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err == nil {
+		err = errors.New("it returned")
+	}
+	err = fmt.Errorf("VIP announcer on bridge %s stopped: %w", l.bridge, err)
+	l.announcerStopped.Store(&err)
+	klog.FromContext(ctx).Error(err, "No LoadBalancer VIP will be answered on this host until the CCM restarts")
+}
+
+// checkAnnouncer is nil while the announcer runs (or has not started yet).
+func (l *loadBalancer) checkAnnouncer() error {
+	if err := l.announcerStopped.Load(); err != nil {
+		return *err
+	}
 	return nil
 }
 

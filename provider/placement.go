@@ -536,7 +536,7 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 				log.Error(err, "Cannot stop announcing VIP", "ip", ip)
 				continue
 			}
-			p.event(hs, given, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
+			p.event(hs, given, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, not labelled node.kubernetes.io/exclude-from-external-load-balancers as kubeadm labels control planes, with endpoints for Local policy) can answer for %s", p.bridge, ip)
 			continue
 		}
 		target, _ := snap.candidate(to)
@@ -875,7 +875,7 @@ func (p *placement) event(holders []string, given givenServices, typ, reason, fo
 func (p *placement) eventOnce(holders []string, given givenServices, ip netip.Addr) {
 	for _, k := range holders {
 		if s, ok := given[k]; ok {
-			p.recorder.Eventf(s, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, with endpoints for Local policy) can answer for %s", p.bridge, ip)
+			p.recorder.Eventf(s, v1.EventTypeWarning, ReasonNoNode, "No eligible node (running domain on %s, Ready, not labelled node.kubernetes.io/exclude-from-external-load-balancers as kubeadm labels control planes, with endpoints for Local policy) can answer for %s", p.bridge, ip)
 		}
 	}
 }

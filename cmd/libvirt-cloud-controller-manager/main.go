@@ -73,15 +73,22 @@ func main() {
 		// this call): cached objects lose what the CCM never reads.
 		c.SharedInformers = informers.NewSharedInformerFactoryWithOptions(c.VersionedClient, app.ResyncPeriod(c)(),
 			informers.WithTransform(provider.TrimForCache))
-		cloud, err := provider.Open(context.Background(), cfg)
+		// The route controller parses the same flag; routes go only inside it.
+		clusterCIDRs, err := provider.ParseClusterCIDRs(c.ComponentConfig.KubeCloudShared.ClusterCIDR)
 		if err != nil {
 			klog.Fatalf("libvirt cloud provider: %v", err)
 		}
+		cloud, err := provider.Open(context.Background(), cfg, provider.Flags{ClusterCIDRs: clusterCIDRs})
+		if err != nil {
+			klog.Fatalf("libvirt cloud provider: %v", err)
+		}
+		go feedWatchdog(context.Background(), cloud)
 		return cloud
 	}
-	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors,
+	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, controllers(),
 		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
 	cmd.Use = "libvirt-cloud-controller-manager"
+	cmd.AddCommand(withdrawCommand())
 
 	// Check the provider name and the cloud config before anything talks to
 	// the cluster, so a bad file fails fast with a message naming the field.
