@@ -26,16 +26,20 @@ import (
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/provider"
 )
 
 const debPackage = "libvirt-cloud-controller-manager"
 
-// The Debian package as users get it: `make deb`, installed by dpkg into an
-// empty root, the kubeconfig made by the commands of its README.Debian, the
-// installed cloud config edited for this suite's network, and the installed
-// unit's ExecStart run as it stands (its /etc/libvirt-cloud-controller-manager
-// is the installed one, bind-mounted in a private mount namespace). The CCM
-// must serve /healthz on the unit's port, become leader and initialize a Node.
+// The Debian package as users get it on a stock libvirt host: `make deb`,
+// installed by dpkg into an empty root, the kubeconfig made by the commands
+// of its README.Debian, the installed cloud config left as installed, beside
+// a libvirt network shaped like the stock "default" (NAT, DHCP .2-.254), and
+// the installed unit's ExecStart run as it stands, confined as the unit
+// confines it (its /etc/libvirt-cloud-controller-manager is the installed
+// one, bind-mounted in a private mount namespace). The CCM must serve
+// /healthz on the unit's port, become leader, initialize a Node, and tell a
+// LoadBalancer Service which fields to set.
 func TestDebPackage(t *testing.T) {
 	requireEnv(t)
 	tmp := t.TempDir()
@@ -65,7 +69,7 @@ func TestDebPackage(t *testing.T) {
 	if words[0] != "/usr/bin/"+debPackage {
 		t.Fatalf("the installed unit runs %s, not the packaged /usr/bin/%s", words[0], debPackage)
 	}
-	editCloudConfig(t, filepath.Join(root, examples.UnitCloudConfig))
+	stockDefaultNetwork(t)
 	kubeconfigAsREADME(t, root)
 
 	// The unit's port and leader lease are this CCM's alone.
@@ -84,16 +88,20 @@ func TestDebPackage(t *testing.T) {
 	}
 
 	argv := append([]string{filepath.Join(root, words[0])}, words[1:]...)
+	sandbox, err := examples.UnitSandbox(unit)
+	if err != nil {
+		t.Fatalf("the installed unit: %v", err)
+	}
 	started := time.Now()
-	p, err := controlplane.StartProcess(context.Background(), filepath.Join(tmp, "ccm.log"), "unshare", withInstalled(t, root, argv...)...)
+	p, err := controlplane.StartProcess(context.Background(), filepath.Join(tmp, "ccm.log"), "unshare", withInstalled(t, root, sandbox.Wrap(argv)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &ccm{proc: p, dir: tmp, securePort: defaultSecurePort}
 	trackCCM(t, c)
 
-	// It runs the unit's command line, word for word (unshare and sh exec
-	// into it).
+	// It runs the unit's command line, word for word (unshare, sh and
+	// setpriv exec into it).
 	var args []string
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		args, err = cmdline(p.Pid())
@@ -133,9 +141,47 @@ func TestDebPackage(t *testing.T) {
 		t.Errorf("providerID = %q, want libvirt://%s", n.Spec.ProviderID, uuid)
 	}
 	t.Logf("leader (%s); Node e2e-deb initialized, providerID %s", *l.Spec.HolderIdentity, n.Spec.ProviderID)
+
+	// Load balancers are off in the installed config: a Service is told
+	// which fields to set, and gets no address.
+	svc := createLBService(t, "e2e-deb-lb", nil, 80)
+	msg := waitEvent(t, svc, v1.EventTypeWarning, provider.ReasonNotConfigured, 60*time.Second)
+	if !strings.Contains(msg, "loadBalancer.pools") {
+		t.Errorf("%s event %q does not name loadBalancer.pools", provider.ReasonNotConfigured, msg)
+	}
+	if ip, ok := ingressIP(t, svc.Name); ok {
+		t.Errorf("Service got %s with load balancers off", ip)
+	}
+	if !strings.Contains(p.Tail(1000), "Load balancers are off") {
+		t.Errorf("the CCM does not log that load balancers are off")
+	}
 	if log := p.Tail(1000); strings.Contains(log, "forbidden") {
 		t.Errorf("the RBAC forbids something the CCM does; log:\n%s", grepLines(log, "forbidden"))
 	}
+}
+
+// stockDefaultNetwork starts, for the test, a libvirt network shaped like the
+// one libvirt installs: "default" on virbr0, 192.168.122.1/24, NAT, DHCP
+// .2-.254 (the whole subnet, so no pool could fit it).
+func stockDefaultNetwork(t *testing.T) {
+	t.Helper()
+	n, err := env.virt.NetworkCreateXML(`<network>
+  <name>default</name>
+  <forward mode='nat'/>
+  <bridge name='virbr0' stp='on' delay='0'/>
+  <ip address='192.168.122.1' netmask='255.255.255.0'>
+    <dhcp><range start='192.168.122.2' end='192.168.122.254'/></dhcp>
+  </ip>
+</network>`)
+	if err != nil {
+		t.Fatalf("libvirt's stock default network: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.Destroy(); err != nil {
+			t.Errorf("destroy the default network: %v", err)
+		}
+		n.Free()
+	})
 }
 
 // makeDeb runs `make deb` into dir and returns the one package it made.
@@ -177,13 +223,16 @@ func checkDebArchive(t *testing.T, deb string) {
 		files[strings.TrimPrefix(f[len(f)-1], ".")] = f[0]
 	}
 	for path, mode := range map[string]string{
-		"/usr/bin/" + debPackage:                          "-rwxr-xr-x",
-		"/lib/systemd/system/" + debPackage + ".service":  "-rw-r--r--",
-		examples.UnitCloudConfig:                          "-rw-r--r--",
-		"/usr/share/" + debPackage + "/rbac.yaml":         "-rw-r--r--",
-		"/usr/share/doc/" + debPackage + "/README.Debian": "-rw-r--r--",
-		"/usr/share/doc/" + debPackage + "/copyright":     "-rw-r--r--",
-		examples.ConfigDir + "/":                          "drwxr-xr-x",
+		"/usr/bin/" + debPackage:                                               "-rwxr-xr-x",
+		"/lib/systemd/system/" + debPackage + ".service":                       "-rw-r--r--",
+		examples.UnitCloudConfig:                                               "-rw-r--r--",
+		"/usr/share/" + debPackage + "/rbac.yaml":                              "-rw-r--r--",
+		"/usr/share/doc/" + debPackage + "/README.Debian":                      "-rw-r--r--",
+		"/usr/share/doc/" + debPackage + "/copyright":                          "-rw-r--r--",
+		"/usr/share/doc/" + debPackage + "/examples/cloud-config.yaml":         "-rw-r--r--",
+		"/usr/share/doc/" + debPackage + "/examples/kubeadm-config.yaml":       "-rw-r--r--",
+		"/usr/share/doc/" + debPackage + "/examples/service-loadbalancer.yaml": "-rw-r--r--",
+		examples.ConfigDir + "/":                                               "drwxr-xr-x",
 	} {
 		if files[path] != mode {
 			t.Errorf("%s in the package: %q, want %s", path, files[path], mode)
@@ -239,39 +288,12 @@ func dpkgInstall(t *testing.T, root, deb string) {
 	}
 }
 
-// editCloudConfig makes the installed cloud config fit this suite's libvirt
-// network, as README.Debian asks an administrator to: its networks, bridges
-// and pool. Everything else stays as installed.
-func editCloudConfig(t *testing.T, path string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	for _, r := range []struct {
-		old, new string
-		n        int
-	}{
-		{"networks: [default]", "networks: [" + env.network + "]", 1},
-		{"bridge: virbr0", "bridge: " + env.bridge, 2},
-		{"[192.168.122.200-192.168.122.250]", "[10.88.0.90-10.88.0.95]", 1},
-	} {
-		if got := strings.Count(s, r.old); got != r.n {
-			t.Fatalf("the installed cloud config has %d %q, this test edits %d; update it to examples/cloud-config.yaml", got, r.old, r.n)
-		}
-		s = strings.ReplaceAll(s, r.old, r.new)
-	}
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // kubeconfigAsREADME runs the first shell block of the installed
 // README.Debian, with the suite's kubectl and admin kubeconfig, in a mount
 // namespace that shows root's installed directories, and checks
-// the kubeconfig it writes: private, for the ServiceAccount's Secret token,
-// which does not expire.
+// the kubeconfig it writes: private, naming a private file that holds the
+// ServiceAccount's Secret token (never a command line's), which does not
+// expire.
 func kubeconfigAsREADME(t *testing.T, root string) {
 	t.Helper()
 	readme, err := os.ReadFile(filepath.Join(root, "usr/share/doc", debPackage, "README.Debian"))
@@ -309,7 +331,22 @@ func kubeconfigAsREADME(t *testing.T, root string) {
 	if len(cfg.Clusters[ctx.Cluster].CertificateAuthorityData) == 0 {
 		t.Errorf("the kubeconfig does not embed the cluster CA")
 	}
-	token := cfg.AuthInfos[ctx.AuthInfo].Token
+	user := cfg.AuthInfos[ctx.AuthInfo]
+	if user.Token != "" {
+		t.Errorf("the kubeconfig holds the token itself; want it in a file of its own")
+	}
+	tokenFile := filepath.Join(root, strings.TrimPrefix(user.TokenFile, "/"))
+	if !strings.HasPrefix(user.TokenFile, examples.ConfigDir+"/") {
+		t.Fatalf("the kubeconfig's tokenFile is %q, want a file in %s", user.TokenFile, examples.ConfigDir)
+	}
+	if fi, err := os.Stat(tokenFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %s: %v, %v; want mode 0600", tokenFile, fi, err)
+	}
+	data, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := string(data)
 	secret, err := env.admin.CoreV1().Secrets("kube-system").Get(context.Background(), "cloud-controller-manager-token", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
