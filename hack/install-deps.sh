@@ -10,6 +10,7 @@ packages=(
   qemu-system-x86 dnsmasq-base iptables iproute2 kmod tini
   busybox-static linux-image-cloud-amd64 runc e2fsprogs
   curl wget netcat-openbsd ca-certificates bc procps
+  mmdebstrap systemd-container
 )
 missing=()
 for p in "${packages[@]}"; do

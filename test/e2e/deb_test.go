@@ -160,12 +160,16 @@ func TestDebPackage(t *testing.T) {
 	}
 }
 
-// stockDefaultNetwork starts, for the test, a libvirt network shaped like the
-// one libvirt installs: "default" on virbr0, 192.168.122.1/24, NAT, DHCP
-// .2-.254 (the whole subnet, so no pool could fit it).
+// stockDefaultNetwork makes sure libvirt's stock network runs, as on a fresh
+// host: "default" as libvirt-daemon-config-network defines it (virbr0,
+// 192.168.122.1/24, NAT, DHCP .2-.254: the whole subnet, so no pool could fit
+// it), or one shaped like it where it is not defined. What the test started
+// it stops.
 func stockDefaultNetwork(t *testing.T) {
 	t.Helper()
-	n, err := env.virt.NetworkCreateXML(`<network>
+	n, err := env.virt.LookupNetworkByName("default")
+	if err != nil {
+		n, err = env.virt.NetworkCreateXML(`<network>
   <name>default</name>
   <forward mode='nat'/>
   <bridge name='virbr0' stp='on' delay='0'/>
@@ -173,12 +177,18 @@ func stockDefaultNetwork(t *testing.T) {
     <dhcp><range start='192.168.122.2' end='192.168.122.254'/></dhcp>
   </ip>
 </network>`)
+	} else if active, aerr := n.IsActive(); aerr == nil && active {
+		n.Free()
+		return
+	} else {
+		err = n.Create()
+	}
 	if err != nil {
 		t.Fatalf("libvirt's stock default network: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := n.Destroy(); err != nil {
-			t.Errorf("destroy the default network: %v", err)
+			t.Errorf("stop the default network: %v", err)
 		}
 		n.Free()
 	})
