@@ -245,6 +245,10 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=false",
+		// Signs the tokens of ServiceAccount token Secrets with the API
+		// server's key, as kubeadm sets it up: the package's install
+		// guide gives the CCM such a token.
+		"--service-account-private-key-file", cp.path("sa.key"),
 		"--service-cluster-ip-range", cp.opts.ServiceCIDR,
 		"--controllers", "*",
 	}

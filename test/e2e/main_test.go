@@ -187,11 +187,6 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 		Dir:           cpDir,
 		ClusterCIDR:   "10.244.0.0/16",
 		APIServerArgs: []string{"--audit-policy-file", policy, "--audit-log-path", env.auditLog},
-		// kube-controller-manager signs the tokens of ServiceAccount token
-		// Secrets with the API server's service-account key (written there
-		// before it starts), as kubeadm sets it up: the package's
-		// README.Debian gives the CCM such a token (TestDebPackage).
-		ControllerManagerArgs: []string{"--service-account-private-key-file", filepath.Join(cpDir, "sa.key")},
 	})
 	if err != nil {
 		return 0, err

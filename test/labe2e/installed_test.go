@@ -99,10 +99,12 @@ func checkInstalled(t *testing.T, l *labcloud, vip string, pods map[string]strin
 	}
 	client := newLANClient(t)
 	holder := lease(l)
+	hostname := strings.TrimSpace(run("hostname"))
 	run("systemctl", "enable", "--now", unitName)
 	eventually(t, "the installed CCM leads", 90*time.Second, time.Second, func() string {
-		if h := lease(l); h == holder || !strings.HasPrefix(h, m.Name) {
-			return fmt.Sprintf("lease held by %q; log:\n%s", h, tail(journal(m), 800))
+		// Upstream's identity is the hostname and a fresh UUID.
+		if h := lease(l); h == holder || !strings.HasPrefix(h, hostname+"_") {
+			return fmt.Sprintf("lease held by %q (before: %q); unit:\n%s", h, holder, tail(journal(m), 1500))
 		}
 		return ""
 	})
@@ -216,8 +218,8 @@ func makeDeb(t *testing.T, dir string) string {
 }
 
 func journal(m *systemdroot.Machine) string {
-	out, _ := m.Exec(context.Background(), "journalctl", "-u", unitName, "--no-pager", "-n", "40")
-	return out
+	status, _ := m.Exec(context.Background(), "systemctl", "status", "--no-pager", "-l", "-n", "30", unitName)
+	return status
 }
 
 func lease(l *labcloud) string {
