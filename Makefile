@@ -95,7 +95,7 @@ chaos-soak: tools modules
 		$(GOTEST) -v -timeout 60m -run '^TestChaosSoak$$' ./test/labe2e/
 
 # Kubernetes' own e2e tests of a LoadBalancer cloud (labcloud e2e's default
-# focus, README "Upstream conformance") against a fresh three-node lab, which
+# focus, docs/conformance.md) against a fresh three-node lab, which
 # is taken down afterwards whatever the outcome. CONFORMANCE_ARGS passes
 # --focus/--skip to labcloud e2e; the JUnit report and the log land in
 # CONFORMANCE_DIR. Root.

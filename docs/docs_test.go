@@ -1,9 +1,10 @@
 // Package docs holds the test that keeps the documents in step with the
 // code: docs/reference.md must name every metric, event reason, annotation,
 // label, condition, cloud-config field and flag default the code has, and
-// no document may name one the code does not have. Names are read from the
-// code (go/ast over the sources, reflection over provider.Config, upstream's
-// flag set), never from a list kept here.
+// no document (README.md, CONTRIBUTING.md, docs/*.md) may name one the code
+// does not have, nor link to a file or heading that does not exist. Names
+// are read from the code (go/ast over the sources, reflection over
+// provider.Config, upstream's flag set), never from a list kept here.
 package docs
 
 import (
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
 	"k8s.io/cloud-provider/options"
@@ -37,17 +39,34 @@ import (
 	"github.com/labcloud/labcloud/provider"
 )
 
-// docFiles are the documents whose names are checked against the code
-// (relative to the repository root). reference.md must also be complete.
-var docFiles = []string{
-	"README.md",
-	"docs/reference.md",
-	"docs/how-it-works.md",
-	"docs/troubleshooting.md",
-	"docs/install-kubeadm.md",
-}
+// docFiles are the documents whose names and links are checked against the
+// code (relative to the repository root): the front page, the contributor's
+// guide and every Markdown file in docs/. reference.md must also be complete.
+var docFiles = func() []string {
+	files := []string{"README.md", "CONTRIBUTING.md"}
+	found, err := filepath.Glob("*.md")
+	if err != nil {
+		panic(err)
+	}
+	for _, f := range found {
+		files = append(files, "docs/"+f)
+	}
+	return files
+}()
 
 const reference = "docs/reference.md"
+
+// TestDocFilesFound: the documents the other tests read exist, so that a
+// renamed or moved file cannot leave them checking nothing.
+func TestDocFilesFound(t *testing.T) {
+	for _, f := range []string{"README.md", "CONTRIBUTING.md", reference, "docs/how-it-works.md",
+		"docs/troubleshooting.md", "docs/install-kubeadm.md", "docs/lab.md", "docs/conformance.md", "docs/performance.md"} {
+		if !slices.Contains(docFiles, f) {
+			t.Errorf("%s is not among the documents checked (%v)", f, docFiles)
+		}
+		readDoc(t, f)
+	}
+}
 
 // ---------------------------------------------------------------- metrics
 
@@ -1076,6 +1095,117 @@ func evalNumber(e ast.Expr) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ---------------------------------------------------------------- links and wording
+
+// mdLink is an inline Markdown link or image: [text](target).
+var mdLink = regexp.MustCompile(`!?\[[^\]\n]*\]\(([^)\s]+)\)`)
+
+// TestLinksResolve: every relative link of every document points at a file
+// or directory that exists, and a #fragment at a heading of the Markdown
+// file it names (as GitHub makes heading anchors).
+func TestLinksResolve(t *testing.T) {
+	anchors := map[string]map[string]bool{} // document (from the repository root) → its anchors
+	anchorsOf := func(rel string) map[string]bool {
+		if a, ok := anchors[rel]; ok {
+			return a
+		}
+		a := headingAnchors(readDoc(t, rel))
+		anchors[rel] = a
+		return a
+	}
+	for _, f := range docFiles {
+		all, prose := lines(readDoc(t, f))
+		for i, l := range all {
+			if !prose[i] {
+				continue
+			}
+			l = codeSpan.ReplaceAllString(l, "")
+			for _, m := range mdLink.FindAllStringSubmatch(l, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				path, frag, _ := strings.Cut(target, "#")
+				rel := f
+				if path != "" {
+					rel = filepath.ToSlash(filepath.Join(filepath.Dir(f), path))
+					if strings.HasPrefix(rel, "../") {
+						t.Errorf("%s:%d: link %s leaves the repository", f, i+1, target)
+						continue
+					}
+					if _, err := os.Stat(filepath.Join("..", rel)); err != nil {
+						t.Errorf("%s:%d: link %s: no such file or directory %s", f, i+1, target, rel)
+						continue
+					}
+				}
+				if frag == "" {
+					continue
+				}
+				if !strings.HasSuffix(rel, ".md") {
+					t.Errorf("%s:%d: link %s: a fragment of %s, which is not Markdown", f, i+1, target, rel)
+					continue
+				}
+				if !anchorsOf(rel)[frag] {
+					t.Errorf("%s:%d: link %s: %s has no heading with the anchor #%s", f, i+1, target, rel, frag)
+				}
+			}
+		}
+	}
+}
+
+// headingAnchors are the anchors GitHub gives the headings of md: the
+// heading's text, lower case, without punctuation but for '-' and '_',
+// spaces turned into '-'; a repeated anchor gets -1, -2, ...
+func headingAnchors(md string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	all, prose := lines(md)
+	for i, l := range all {
+		if !prose[i] {
+			continue
+		}
+		n, text := headingLevel(l)
+		if n == 0 {
+			continue
+		}
+		text = strings.TrimSpace(strings.TrimRight(text, "#"))
+		text = mdLink.ReplaceAllStringFunc(text, func(s string) string {
+			return s[strings.Index(s, "[")+1 : strings.Index(s, "](")]
+		})
+		var b strings.Builder
+		for _, r := range strings.ToLower(text) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if k := seen[a]; k > 0 {
+			out[fmt.Sprintf("%s-%d", a, k)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+// TestDocsSayWhatIsTrue: the documents describe the code as it is; the
+// history of a figure or a behaviour belongs in the commit that changed it.
+// Words that only a diary uses are refused.
+func TestDocsSayWhatIsTrue(t *testing.T) {
+	diary := regexp.MustCompile(`(?i)\bwithdrawn\b|contrary to what|said before`)
+	for _, f := range docFiles {
+		for i, l := range strings.Split(readDoc(t, f), "\n") {
+			if m := diary.FindString(l); m != "" {
+				t.Errorf("%s:%d says %q: say what is true now", f, i+1, m)
+			}
+		}
+	}
 }
 
 // ---------------------------------------------------------------- Go source

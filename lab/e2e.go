@@ -29,7 +29,7 @@ const DefaultE2EFocus = `\[Feature:LoadBalancer\]` +
 	`|Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes` +
 	`|Services should serve endpoints on same port and different protocol for internal traffic on Type LoadBalancer`
 
-// DefaultE2ESkip drops only what cannot apply to the lab; README.md gives
+// DefaultE2ESkip drops only what cannot apply to the lab; docs/conformance.md gives
 // the reason of each: the lab is IPv4-only, SCTP is not what it offers,
 // flaky tests prove nothing either way, and [Disruptive] tests reboot or
 // restart nodes and daemons over SSH, which the lab's guests do not run (the

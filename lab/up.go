@@ -221,7 +221,7 @@ func defineNetwork() error {
 }
 
 // spreadPerConnection has the lab's host spread routed connections to VIPs
-// over the CCM's multipath routes per connection, as the README tells
+// over the CCM's multipath routes per connection, as docs/reference.md tells
 // users to: the sysctl makes the kernel hash a connection's ports as well
 // as its addresses. It is per network namespace, and up runs in the lab's.
 func spreadPerConnection() error {

@@ -7,7 +7,7 @@
 //
 // Metrics measure nothing until Register has been called (component-base
 // creates them lazily): call it once at start-up, before anything else of
-// labcloud runs. The README's "Metrics" section documents each one.
+// labcloud runs. docs/reference.md's "Metrics" section documents each one.
 package metrics
 
 import (

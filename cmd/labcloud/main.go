@@ -216,7 +216,7 @@ func upCmd(dir *string) *cobra.Command {
 	f.BoolVar(&opts.Light, "light", opts.Light, "no guests and no libvirtd: libvirt's test driver and simulated nodes")
 	f.DurationVar(&waitFor, "wait", 0, fmt.Sprintf("how long up waits for every Node to be Ready and initialized (default %s; with --light 3m plus 100ms per node)", lab.DefaultWait))
 	f.StringArrayVar(&opts.CCMFlags, "ccm-flag", nil, "a flag added to the CCM's shipped command line, one word each (repeatable), e.g. --ccm-flag=--v=4")
-	f.StringVar(&opts.CloudConfig, "cloud-config", "", "a cloud-config file for the CCM instead of the lab's (full lab; must name the lab's libvirtd, network and bridge; README)")
+	f.StringVar(&opts.CloudConfig, "cloud-config", "", "a cloud-config file for the CCM instead of the lab's (full lab; must name the lab's libvirtd, network and bridge; docs/lab.md)")
 	f.IntVar(&listenerFD, "host-listener-fd", 0, "descriptor of the host listener the forwarder serves (set by up itself)")
 	_ = f.MarkHidden("host-listener-fd")
 	return cmd
@@ -492,7 +492,7 @@ pair: VIPs, NodePorts, node and pod addresses are reachable there, from an addre
 the nodes' subnet, as the source-IP tests of externalTrafficPolicy Local require.
 It writes junit_01.xml and e2e.log into --junit-dir, prints every selected test with its
 outcome and time, and ends with "N passed, N failed, N skipped"; it exits non-zero when a
-test fails. The default focus and skip are explained in README.md.`,
+test fails. The default focus and skip are explained in docs/conformance.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(regexpFlag("--focus", opts.Focus), regexpFlag("--skip", opts.Skip),
