@@ -3,6 +3,7 @@ package announce
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -40,9 +42,59 @@ func mustMAC(s string) net.HardwareAddr {
 type udpSegment struct {
 	*net.UDPConn
 	peer net.Addr
+	rx   *rxTime // nil: receive times not kept
 }
 
 func (c udpSegment) WriteTo(b []byte, _ net.Addr) (int, error) { return c.UDPConn.WriteTo(b, c.peer) }
+
+// ReadFrom keeps the kernel's receive time of each frame in rx: on loopback
+// that is when the frame was written, however late a loaded host runs the
+// reader, so tests time the announcer and not the scheduler.
+func (c udpSegment) ReadFrom(b []byte) (int, net.Addr, error) {
+	if c.rx == nil {
+		return c.UDPConn.ReadFrom(b)
+	}
+	oob := make([]byte, 128)
+	n, oobn, _, addr, err := c.UDPConn.ReadMsgUDP(b, oob)
+	if err == nil {
+		c.rx.set(kernelTime(oob[:oobn]))
+	}
+	return n, addr, err
+}
+
+// rxTime is the receive time of the last frame read.
+type rxTime struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (r *rxTime) set(t time.Time) {
+	r.mu.Lock()
+	r.at = t
+	r.mu.Unlock()
+}
+
+func (r *rxTime) last() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at
+}
+
+// kernelTime reads SO_TIMESTAMPNS from a control message; now if absent.
+func kernelTime(oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Now()
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+			sec := int64(binary.NativeEndian.Uint64(m.Data[0:8]))
+			nsec := int64(binary.NativeEndian.Uint64(m.Data[8:16]))
+			return time.Unix(sec, nsec)
+		}
+	}
+	return time.Now()
+}
 
 // loopbackInterface is lo with a made-up MAC and name: arp.New needs an
 // interface with an IPv4 address, and lo has one.
@@ -60,7 +112,7 @@ func loopbackInterface(tb testing.TB, name string, mac net.HardwareAddr) *net.In
 
 // segmentPair returns two *arp.Client joined by UDP loopback: one for the
 // announcer (on "the bridge") and one for a station on the same segment.
-func segmentPair(tb testing.TB) (bridge, station *arp.Client) {
+func segmentPair(tb testing.TB) (bridge, station *arp.Client, stationRx *rxTime) {
 	tb.Helper()
 	listen := func() *net.UDPConn {
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -70,16 +122,25 @@ func segmentPair(tb testing.TB) (bridge, station *arp.Client) {
 		return c
 	}
 	a, b := listen(), listen()
-	bc, err := arp.New(loopbackInterface(tb, "br-test", bridgeMAC), udpSegment{a, b.LocalAddr()})
+	bc, err := arp.New(loopbackInterface(tb, "br-test", bridgeMAC), udpSegment{a, b.LocalAddr(), nil})
 	if err != nil {
 		tb.Fatalf("arp client: %v", err)
 	}
-	sc, err := arp.New(loopbackInterface(tb, "station", clientMAC), udpSegment{b, a.LocalAddr()})
+	rc, err := b.SyscallConn()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) }); err != nil || serr != nil {
+		tb.Fatalf("SO_TIMESTAMPNS: %v %v", err, serr)
+	}
+	rx := &rxTime{}
+	sc, err := arp.New(loopbackInterface(tb, "station", clientMAC), udpSegment{b, a.LocalAddr(), rx})
 	if err != nil {
 		tb.Fatalf("arp client: %v", err)
 	}
 	tb.Cleanup(func() { sc.Close() })
-	return bc, sc
+	return bc, sc, rx
 }
 
 // station is the other end of the segment: it sends frames as any host on the
@@ -87,6 +148,7 @@ func segmentPair(tb testing.TB) (bridge, station *arp.Client) {
 type station struct {
 	tb testing.TB
 	c  *arp.Client
+	rx *rxTime // when the frame last read was written
 }
 
 func (s *station) send(p *arp.Packet, dst net.HardwareAddr) {
@@ -257,13 +319,13 @@ type fixture struct {
 // started until f.run().
 func newFixture(tb testing.TB, opts Options) *fixture {
 	tb.Helper()
-	bc, sc := segmentPair(tb)
+	bc, sc, rx := segmentPair(tb)
 	neigh := newFakeNeighbours()
 	a, err := NewWithConn(loopbackInterface(tb, "br-test", bridgeMAC), bc, neigh, opts)
 	if err != nil {
 		tb.Fatalf("NewWithConn: %v", err)
 	}
-	f := &fixture{a: a, st: &station{tb: tb, c: sc}, neigh: neigh}
+	f := &fixture{a: a, st: &station{tb: tb, c: sc, rx: rx}, neigh: neigh}
 	var once sync.Once
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(testContext(tb))
@@ -294,13 +356,13 @@ func newFixture(tb testing.TB, opts Options) *fixture {
 }
 
 // gratuitous reads n frames and checks each is a gratuitous ARP for vip from
-// mac, alternating request and reply forms; it returns their arrival times.
+// mac, alternating request and reply forms; it returns when each was written.
 func (s *station) gratuitous(vip netip.Addr, mac net.HardwareAddr, n int, d time.Duration) []time.Time {
 	s.tb.Helper()
 	var at []time.Time
 	for i := range n {
 		p, f := s.next(d)
-		at = append(at, time.Now())
+		at = append(at, s.rx.last())
 		wantOp := arp.OperationRequest
 		if i%2 == 1 {
 			wantOp = arp.OperationReply
