@@ -175,67 +175,56 @@ func codeMetrics(t *testing.T) map[string]metricInfo {
 		name string
 		info metricInfo
 	}{}
-	for _, f := range p.files {
-		for _, d := range f.Decls {
-			gd, ok := d.(*ast.GenDecl)
-			if !ok || gd.Tok != token.VAR {
-				continue
+	p.values(token.VAR, func(name string, v ast.Expr) {
+		call, ok := v.(*ast.CallExpr)
+		if !ok || len(call.Args) == 0 {
+			return
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || !strings.HasPrefix(sel.Sel.Name, "New") {
+			return
+		}
+		var typ string
+		for _, k := range []string{"Counter", "Gauge", "Histogram", "Summary"} {
+			if strings.Contains(sel.Sel.Name, k) {
+				typ = strings.ToLower(k)
 			}
-			for _, s := range gd.Specs {
-				vs := s.(*ast.ValueSpec)
-				for i, v := range vs.Values {
-					call, ok := v.(*ast.CallExpr)
-					if !ok || len(call.Args) == 0 {
-						continue
-					}
-					sel, ok := call.Fun.(*ast.SelectorExpr)
-					if !ok || !strings.HasPrefix(sel.Sel.Name, "New") {
-						continue
-					}
-					var typ string
-					for _, k := range []string{"Counter", "Gauge", "Histogram", "Summary"} {
-						if strings.Contains(sel.Sel.Name, k) {
-							typ = strings.ToLower(k)
-						}
-					}
-					opts := compositeFields(call.Args[0])
-					if typ == "" || opts == nil {
-						continue
-					}
-					var parts []string
-					for _, k := range []string{"Namespace", "Subsystem", "Name"} {
-						if e, ok := opts[k]; ok {
-							s, ok := p.evalString(e)
-							if !ok {
-								t.Fatalf("metrics: cannot read %s of %s", k, vs.Names[i].Name)
-							}
-							if s != "" {
-								parts = append(parts, s)
-							}
-						}
-					}
-					info := metricInfo{typ: typ}
-					if len(call.Args) > 1 {
-						lit, ok := call.Args[1].(*ast.CompositeLit)
-						if !ok {
-							t.Fatalf("metrics: cannot read the labels of %s", vs.Names[i].Name)
-						}
-						for _, e := range lit.Elts {
-							s, ok := p.evalString(e)
-							if !ok {
-								t.Fatalf("metrics: cannot read a label of %s", vs.Names[i].Name)
-							}
-							info.labels = append(info.labels, s)
-						}
-					}
-					byVar[vs.Names[i].Name] = struct {
-						name string
-						info metricInfo
-					}{strings.Join(parts, "_"), info}
+		}
+		opts := compositeFields(call.Args[0])
+		if typ == "" || opts == nil {
+			return
+		}
+		var parts []string
+		for _, k := range []string{"Namespace", "Subsystem", "Name"} {
+			if e, ok := opts[k]; ok {
+				s, ok := p.evalString(e)
+				if !ok {
+					t.Fatalf("metrics: cannot read %s of %s", k, name)
+				}
+				if s != "" {
+					parts = append(parts, s)
 				}
 			}
 		}
-	}
+		info := metricInfo{typ: typ}
+		if len(call.Args) > 1 {
+			lit, ok := call.Args[1].(*ast.CompositeLit)
+			if !ok {
+				t.Fatalf("metrics: cannot read the labels of %s", name)
+			}
+			for _, e := range lit.Elts {
+				s, ok := p.evalString(e)
+				if !ok {
+					t.Fatalf("metrics: cannot read a label of %s", name)
+				}
+				info.labels = append(info.labels, s)
+			}
+		}
+		byVar[name] = struct {
+			name string
+			info metricInfo
+		}{strings.Join(parts, "_"), info}
+	})
 	out := map[string]metricInfo{}
 	for _, f := range p.files {
 		for _, d := range f.Decls {
@@ -1240,28 +1229,36 @@ func parsePkg(t *testing.T, dir string) *pkg {
 	}
 	for changed := true; changed; {
 		changed = false
-		for _, f := range p.files {
-			for _, d := range f.Decls {
-				gd, ok := d.(*ast.GenDecl)
-				if !ok || gd.Tok != token.CONST {
-					continue
-				}
-				for _, s := range gd.Specs {
-					vs := s.(*ast.ValueSpec)
-					for i, v := range vs.Values {
-						if _, done := p.consts[vs.Names[i].Name]; done {
-							continue
-						}
-						if s, ok := p.evalString(v); ok {
-							p.consts[vs.Names[i].Name] = s
-							changed = true
-						}
-					}
+		p.values(token.CONST, func(name string, v ast.Expr) {
+			if _, done := p.consts[name]; done {
+				return
+			}
+			if s, ok := p.evalString(v); ok {
+				p.consts[name] = s
+				changed = true
+			}
+		})
+	}
+	return p
+}
+
+// values calls fn with the name and value of every var or const (tok) of
+// the package that has a value.
+func (p *pkg) values(tok token.Token, fn func(name string, v ast.Expr)) {
+	for _, f := range p.files {
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != tok {
+				continue
+			}
+			for _, s := range gd.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, v := range vs.Values {
+					fn(vs.Names[i].Name, v)
 				}
 			}
 		}
 	}
-	return p
 }
 
 // evalString evaluates a string constant expression of the package

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -46,7 +47,7 @@ func UnitSandbox(unit []byte) (Sandbox, error) {
 	if !bounded {
 		return Sandbox{}, fmt.Errorf("the unit sets no CapabilityBoundingSet")
 	}
-	for _, c := range append(append([]string(nil), s.Bounding...), s.Ambient...) {
+	for _, c := range slices.Concat(s.Bounding, s.Ambient) {
 		if !strings.HasPrefix(c, "CAP_") || strings.ContainsAny(c, "~ ") {
 			return Sandbox{}, fmt.Errorf("capability %q: want names like CAP_NET_ADMIN", c)
 		}

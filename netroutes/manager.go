@@ -123,16 +123,46 @@ func (m *Manager) Subnets() ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list addresses of bridge %q: %w", m.cfg.Bridge, err)
 	}
-	var out []netip.Prefix
+	nets := make([]*net.IPNet, 0, len(addrs))
 	for _, a := range addrs {
-		if a.Scope != int(netlink.SCOPE_UNIVERSE) {
-			continue // link-local addresses are no node's next hop
+		if a.Scope == int(netlink.SCOPE_UNIVERSE) { // link-local addresses are no node's next hop
+			nets = append(nets, a.IPNet)
 		}
-		if p, ok := prefixFromIPNet(a.IPNet); ok && !slices.Contains(out, p.Masked()) {
+	}
+	return subnetsOf(nets), nil
+}
+
+// Connected returns the subnets of every address on every link in the
+// Manager's namespace, and of each point-to-point peer: what the host
+// reaches directly, which no routed destination may overlap.
+func (m *Manager) Connected() ([]netip.Prefix, error) {
+	var addrs []netlink.Addr
+	err := retryDump(func() (err error) {
+		addrs, err = m.h.AddrList(nil, netlink.FAMILY_ALL)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	nets := make([]*net.IPNet, 0, len(addrs))
+	for _, a := range addrs {
+		nets = append(nets, a.IPNet)
+		if a.Peer != nil {
+			nets = append(nets, a.Peer)
+		}
+	}
+	return subnetsOf(nets), nil
+}
+
+// subnetsOf are the subnets of nets, masked, each once, in order.
+func subnetsOf(nets []*net.IPNet) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range nets {
+		if p, ok := prefixFromIPNet(n); ok && !slices.Contains(out, p.Masked()) {
 			out = append(out, p.Masked())
 		}
 	}
-	return out, nil
+	return out
 }
 
 // List returns labcloud's routes: those with its protocol in its table, on

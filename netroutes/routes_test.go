@@ -1,6 +1,7 @@
 package netroutes
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -188,5 +189,24 @@ func TestValidate(t *testing.T) {
 				t.Errorf("validate = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestSubnetsOf(t *testing.T) {
+	ipnet := func(ip string, ones, bits int) *net.IPNet {
+		return &net.IPNet{IP: net.ParseIP(ip), Mask: net.CIDRMask(ones, bits)}
+	}
+	got := subnetsOf([]*net.IPNet{
+		ipnet("10.88.0.1", 24, 32),                                     // 16-byte IPv4, as net.ParseIP gives
+		{IP: net.IPv4(10, 88, 0, 2).To4(), Mask: net.CIDRMask(24, 32)}, // same subnet
+		ipnet("127.0.0.1", 8, 32),
+		ipnet("fd00:88::1", 64, 128),
+		ipnet("10.0.0.2", 32, 32), // a point-to-point peer
+		nil,
+	})
+	want := []netip.Prefix{netip.MustParsePrefix("10.88.0.0/24"), netip.MustParsePrefix("127.0.0.0/8"),
+		netip.MustParsePrefix("fd00:88::/64"), netip.MustParsePrefix("10.0.0.2/32")}
+	if !slices.Equal(got, want) {
+		t.Errorf("subnetsOf = %v, want %v", got, want)
 	}
 }

@@ -3,13 +3,11 @@ package provider
 import (
 	"cmp"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // Which pod CIDRs may be routed at all. A Node's spec.podCIDRs is whatever
@@ -136,18 +134,7 @@ func lastAddr(p netip.Prefix) netip.Addr {
 // podCIDROwner is the Node that keeps cidr when several claim it: the
 // oldest by creationTimestamp, ties broken by name; "" when none claims it.
 // Every replica and every pass agree, and a newcomer cannot take a CIDR.
-func podCIDROwner(nodes []*v1.Node, cidr netip.Prefix) string {
-	var owner *v1.Node
-	for _, n := range nodes {
-		if claims(n, cidr) && (owner == nil || firstClaimant(n, owner) < 0) {
-			owner = n
-		}
-	}
-	if owner == nil {
-		return ""
-	}
-	return owner.Name
-}
+func podCIDROwner(nodes []*v1.Node, cidr netip.Prefix) string { return podCIDROwners(nodes)[cidr] }
 
 // podCIDROwners is podCIDROwner for every claimed CIDR at once.
 func podCIDROwners(nodes []*v1.Node) map[netip.Prefix]string {
@@ -186,38 +173,6 @@ func podCIDRsOf(n *v1.Node) []netip.Prefix {
 		}
 	}
 	return out
-}
-
-// connectedSubnets are the subnets of the host's addresses (and of each
-// point-to-point peer), masked, each once.
-func connectedSubnets(addrs []*net.IPNet) []netip.Prefix {
-	seen := sets.New[netip.Prefix]()
-	var out []netip.Prefix
-	for _, a := range addrs {
-		if p, ok := prefixOfIPNet(a); ok && !seen.Has(p) {
-			seen.Insert(p)
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func prefixOfIPNet(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	ones, bits := n.Mask.Size()
-	if !ok || bits == 0 {
-		return netip.Prefix{}, false
-	}
-	if bits == 32 {
-		a = a.Unmap()
-	}
-	if bits != a.BitLen() {
-		return netip.Prefix{}, false
-	}
-	return netip.PrefixFrom(a, ones).Masked(), true
 }
 
 func prefixesOfFamily(ps []netip.Prefix, p netip.Prefix) []netip.Prefix {

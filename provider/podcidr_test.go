@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -183,24 +182,6 @@ func TestControllerDeletes(t *testing.T) {
 	}
 	if got := lastAddr(netip.MustParsePrefix("10.243.0.0/15")); got != netip.MustParseAddr("10.243.255.255") {
 		t.Errorf("lastAddr(10.243.0.0/15) = %s", got) // masked first: 10.242.0.0/15
-	}
-}
-
-func TestConnectedSubnets(t *testing.T) {
-	ipnet := func(ip string, ones, bits int) *net.IPNet {
-		return &net.IPNet{IP: net.ParseIP(ip), Mask: net.CIDRMask(ones, bits)}
-	}
-	got := connectedSubnets([]*net.IPNet{
-		ipnet("10.88.0.1", 24, 32),                                     // 16-byte IPv4, as net.ParseIP gives
-		{IP: net.IPv4(10, 88, 0, 2).To4(), Mask: net.CIDRMask(24, 32)}, // same subnet
-		ipnet("127.0.0.1", 8, 32),
-		ipnet("fd00:88::1", 64, 128),
-		ipnet("10.0.0.2", 32, 32), // a point-to-point peer
-		nil,
-	})
-	want := prefixes("10.88.0.0/24", "127.0.0.0/8", "fd00:88::/64", "10.0.0.2/32")
-	if !slices.Equal(got, want) {
-		t.Errorf("connectedSubnets = %v, want %v", got, want)
 	}
 }
 

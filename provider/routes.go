@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -38,7 +37,7 @@ import (
 // method is ignored.
 
 // routeTable is what the provider needs from the kernel's routes.
-// kernelTable satisfies it.
+// *netroutes.Manager satisfies it.
 type routeTable interface {
 	// Subnets are the bridge's global subnets: next hops must be on them.
 	Subnets() ([]netip.Prefix, error)
@@ -100,39 +99,7 @@ func newRoutes(cfg RoutesConfig, clusterCIDRs []netip.Prefix, _ []Hypervisor) (*
 		h.Close()
 		return nil, fmt.Errorf("routes.bridge: %w", err)
 	}
-	return &routes{bridge: cfg.Bridge, table: kernelTable{Manager: m, h: h}, cluster: slices.Clone(clusterCIDRs)}, nil
-}
-
-// kernelTable is the routeTable of the CCM's network namespace: the owned
-// routes on the bridge, and the addresses of every link.
-type kernelTable struct {
-	*netroutes.Manager
-	h *netlink.Handle // the Manager's; safe for concurrent use
-}
-
-var _ routeTable = kernelTable{}
-
-// Connected dumps the addresses of every link, retrying a dump interrupted
-// by a concurrent change (its result may be incomplete).
-func (k kernelTable) Connected() ([]netip.Prefix, error) {
-	var addrs []netlink.Addr
-	var err error
-	for range 5 {
-		if addrs, err = k.h.AddrList(nil, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list the host's addresses: %w", err)
-	}
-	nets := make([]*net.IPNet, 0, len(addrs))
-	for _, a := range addrs {
-		nets = append(nets, a.IPNet)
-		if a.Peer != nil {
-			nets = append(nets, a.Peer)
-		}
-	}
-	return connectedSubnets(nets), nil
+	return &routes{bridge: cfg.Bridge, table: m, cluster: slices.Clone(clusterCIDRs)}, nil
 }
 
 // start wires the Node lister (registered with informers, which the caller
@@ -201,10 +168,7 @@ func (r *routes) CreateRoute(ctx context.Context, _ string, nameHint string, rou
 	if err != nil {
 		return fmt.Errorf("route for node %s: %w", name, err)
 	}
-	var cached *v1.Node
-	if i := slices.IndexFunc(nodes, func(n *v1.Node) bool { return n.Name == name }); i >= 0 {
-		cached = nodes[i]
-	}
+	cached := nodeNamed(nodes, name)
 	want, problem := planRoute(routeFacts{subnets: subnets, rules: podCIDRRules{cluster: r.cluster, connected: connected}, nodes: nodes}, route)
 	if problem != nil {
 		err := fmt.Errorf("%w on bridge %s for %s", errNoRoute, r.bridge, problem)
@@ -287,10 +251,7 @@ func planRoute(f routeFacts, route *cloudprovider.Route) (netroutes.Route, *netr
 	if why := f.rules.refusal(dst, name, podCIDROwner(f.nodes, dst)); why != "" {
 		return netroutes.Route{}, &netroutes.Problem{Node: name, PodCIDR: dst, Reason: why}
 	}
-	var cached *v1.Node
-	if i := slices.IndexFunc(f.nodes, func(n *v1.Node) bool { return n.Name == name }); i >= 0 {
-		cached = f.nodes[i]
-	}
+	cached := nodeNamed(f.nodes, name)
 	addrs := internalIPs(route.TargetNodeAddresses)
 	if cached != nil {
 		for _, a := range internalIPs(cached.Status.Addresses) {
@@ -410,15 +371,12 @@ func internalIPs(addrs []v1.NodeAddress) []netip.Addr {
 }
 
 // claims reports whether dst is one of the Node's pod CIDRs.
-func claims(n *v1.Node, dst netip.Prefix) bool {
-	cidrs := n.Spec.PodCIDRs
-	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
-		cidrs = []string{n.Spec.PodCIDR}
+func claims(n *v1.Node, dst netip.Prefix) bool { return slices.Contains(podCIDRsOf(n), dst) }
+
+// nodeNamed is the Node called name in nodes, or nil.
+func nodeNamed(nodes []*v1.Node, name string) *v1.Node {
+	if i := slices.IndexFunc(nodes, func(n *v1.Node) bool { return n.Name == name }); i >= 0 {
+		return nodes[i]
 	}
-	for _, c := range cidrs {
-		if p, err := netip.ParsePrefix(c); err == nil && p.Masked() == dst {
-			return true
-		}
-	}
-	return false
+	return nil
 }

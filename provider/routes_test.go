@@ -596,7 +596,7 @@ func TestRoutesAgainstTheKernel(t *testing.T) {
 	if missingErr == nil || !strings.Contains(missingErr.Error(), `routes.bridge: bridge "nope0"`) {
 		t.Fatalf("newRoutes with a missing bridge = %v, want an error naming the bridge", missingErr)
 	}
-	mgr := r.table.(kernelTable).Manager
+	mgr := r.table.(*netroutes.Manager)
 
 	a := rtNode("a", []string{"10.244.1.0/24", "fd10:244:1::/64"}, "192.168.77.11", "fd00:77::11")
 	b := rtNode("b", []string{"10.244.2.0/24"}, "192.168.77.12")

@@ -55,29 +55,6 @@ func requireRoot(tb testing.TB) {
 	}
 }
 
-// inNS runs fn on a thread switched into ns, and switches it back. If the
-// thread cannot be switched back it stays locked, so it dies with the
-// goroutine instead of serving others from the wrong namespace.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("entering namespace: %w", err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		return errors.Join(ferr, fmt.Errorf("restoring the original namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
-
 // newNS creates an unnamed network namespace without leaving the caller in it.
 func newNS() (netns.NsHandle, error) {
 	runtime.LockOSThread()
@@ -189,7 +166,7 @@ func newLab(tb testing.TB, opts Options) *lab {
 		// The VIP is local on the node, for kube-proxy's sake, but the node
 		// never answers ARP for it: only the announcer does.
 		l.check(n.h.AddrAdd(lo, &netlink.Addr{IPNet: prefix(labVIP.String() + "/32")}), "VIP on lo")
-		l.check(inNS(n.ns, func() error {
+		l.check(inNamespace(n.ns, func() error {
 			for _, kv := range [][2]string{
 				{"net/ipv4/conf/all/arp_ignore", "1"},
 				{"net/ipv4/conf/all/arp_announce", "2"},
@@ -228,7 +205,7 @@ func newLab(tb testing.TB, opts Options) *lab {
 	}
 
 	// The announcer's raw socket is opened inside the host namespace.
-	l.check(inNS(l.host.ns, func() error {
+	l.check(inNamespace(l.host.ns, func() error {
 		ifi, err := net.InterfaceByName("br-lab")
 		if err != nil {
 			return err
@@ -308,7 +285,7 @@ func prefix(s string) *net.IPNet {
 func (l *lab) arpClient(p labPeer) *arp.Client {
 	l.tb.Helper()
 	var c *arp.Client
-	l.check(inNS(p.ns, func() error {
+	l.check(inNamespace(p.ns, func() error {
 		ifi, err := net.InterfaceByName("eth0")
 		if err != nil {
 			return err
@@ -356,7 +333,7 @@ func ask(tb testing.TB, c *arp.Client, ip netip.Addr, d time.Duration) (*arp.Pac
 func (l *lab) udpSocket(p labPeer, laddr *net.UDPAddr) *net.UDPConn {
 	l.tb.Helper()
 	var c *net.UDPConn
-	l.check(inNS(p.ns, func() error {
+	l.check(inNamespace(p.ns, func() error {
 		var err error
 		c, err = net.ListenUDP("udp4", laddr)
 		return err

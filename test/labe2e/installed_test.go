@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,14 +232,10 @@ func killPid(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("no pid")
 	}
-	p, err := os.FindProcess(pid)
-	if err != nil {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return err
 	}
-	if err := p.Kill(); err != nil {
-		return err
-	}
-	for i := 0; i < 100 && exec.Command("kill", "-0", fmt.Sprint(pid)).Run() == nil; i++ {
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil

@@ -225,6 +225,3 @@ func (m *Machine) NspawnPID() int { return m.cmd.Process.Pid }
 // RootDir is the per-boot root on the host (overlay mount point or copy).
 // Mounts made inside the container (/tmp, /run are tmpfs) are not in it.
 func (m *Machine) RootDir() string { return m.root }
-
-// LogPath is the console log.
-func (m *Machine) LogPath() string { return m.logPath }
