@@ -85,7 +85,7 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 		return fmt.Errorf("the CCM's command line from examples/: %w", err)
 	}
 	u.st.CCMCommand = append(append([]string{bin}, args...), u.opts.CCMFlags...)
-	if err := u.st.launchCCM(); err != nil {
+	if err := u.st.LaunchCCM(); err != nil {
 		return err
 	}
 	for _, f := range u.opts.CCMFlags {
@@ -146,9 +146,9 @@ func checkCCMServing(ctx context.Context, adminKubeconfig, base string, timeout 
 	return err
 }
 
-// launchCCM starts the CCM as a daemon, in the unit's sandbox, with the
+// LaunchCCM starts the CCM as a daemon, in the unit's sandbox, with the
 // command recorded in the state (runCCM records it; chaos restarts the CCM with it) and records its pid.
-func (s *State) launchCCM() error {
+func (s *State) LaunchCCM() error {
 	if len(s.CCMCommand) == 0 {
 		return fmt.Errorf("no CCM command in the lab state %s", statePath(s.Dir))
 	}
@@ -163,7 +163,7 @@ func (s *State) launchCCM() error {
 	if err != nil {
 		return err
 	}
-	s.Pids[ccmPid] = p.Pid()
+	s.Pids[CCMProcess] = p.Pid()
 	time.Sleep(500 * time.Millisecond)
 	if p.Exited() {
 		return fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))

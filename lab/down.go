@@ -6,14 +6,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
-	"github.com/prometheus/procfs"
 	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/lab/host"
 )
 
 // Down removes everything a lab made: guests, network, daemons, the
@@ -31,21 +29,21 @@ func Down(dir string, out io.Writer) error {
 	// The forwarder, the light lab's simulator, the control plane and the
 	// CCM first, then libvirt's daemons and the lock holder.
 	for _, p := range []struct{ key, program string }{
-		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {ccmPid, ccmPid}, {dnsPid, "coredns"},
+		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {CCMProcess, CCMProcess}, {dnsPid, "coredns"},
 		{"kube-controller-manager", "kube-controller-manager"}, {"kube-scheduler", "kube-scheduler"},
 		{"kube-apiserver", "kube-apiserver"}, {"etcd", "etcd"}, {"libvirtd", "libvirtd"}, {"virtlogd", "virtlogd"},
 		{"lock-holder", "sleep"}, // flock --no-fork ... sleep infinity
 	} {
-		if pid := st.Pids[p.key]; pid > 0 && isProcess(pid, p.program) {
+		if pid := st.Pids[p.key]; pid > 0 && host.IsProcess(pid, p.program) {
 			fmt.Fprintf(out, "stopping %s (pid %d)\n", p.key, pid)
-			stop(pid)
+			host.Stop(pid)
 		}
 	}
 	// Whatever still runs in the namespace (dnsmasq, a crashed up's children).
 	if pids, err := exec.Command("ip", "netns", "pids", Netns).Output(); err == nil {
 		for _, f := range strings.Fields(string(pids)) {
 			if pid, err := strconv.Atoi(f); err == nil {
-				stop(pid)
+				host.Stop(pid)
 			}
 		}
 	}
@@ -55,7 +53,7 @@ func Down(dir string, out io.Writer) error {
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}
-	if leftovers := labQEMU(); len(leftovers) > 0 {
+	if leftovers := host.GuestQEMUs(NodePrefix); len(leftovers) > 0 {
 		errs = append(errs, fmt.Errorf("QEMU processes of lab guests still running: %v", leftovers))
 	}
 	return errors.Join(errs...)
@@ -85,76 +83,9 @@ func removeGuests(out io.Writer) {
 			n.Free()
 		}
 	}
-	for _, pid := range labQEMU() {
-		stop(pid)
+	for _, pid := range host.GuestQEMUs(NodePrefix) {
+		host.Stop(pid)
 	}
-}
-
-// labQEMU lists QEMU processes that run lab guests.
-func labQEMU() []int {
-	return processes(func(args []string) bool {
-		return argContains(args, "qemu-system") && argContains(args, "guest="+NodePrefix)
-	})
-}
-
-// processes lists the processes whose arguments match.
-func processes(match func(args []string) bool) []int {
-	var pids []int
-	procs, _ := procfs.AllProcs()
-	for _, p := range procs {
-		if args, err := p.CmdLine(); err == nil && match(args) {
-			pids = append(pids, p.PID)
-		}
-	}
-	return pids
-}
-
-// isProcess checks that pid still runs the program we started (pids are reused).
-func isProcess(pid int, name string) bool {
-	args := cmdline(pid)
-	return len(args) > 0 && strings.Contains(args[0], name)
-}
-
-// cmdline is process pid's arguments; none if it has ended (or is a
-// zombie).
-func cmdline(pid int) []string {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return nil
-	}
-	args, _ := p.CmdLine()
-	return args
-}
-
-// argContains says whether one of args contains s.
-func argContains(args []string, s string) bool {
-	return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s) })
-}
-
-// stop sends SIGTERM, then SIGKILL after 10 s.
-func stop(pid int) {
-	if syscall.Kill(pid, syscall.SIGTERM) != nil {
-		return
-	}
-	for i := 0; i < 100; i++ {
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-		if zombie(pid) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-}
-
-func zombie(pid int) bool {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return true
-	}
-	stat, err := p.Stat()
-	return err != nil || stat.State == "Z"
 }
 
 // NodeAction stops, starts or deletes a lab guest's domain.

@@ -22,6 +22,7 @@ const (
 	Bridge      = "lcbr0"
 	Gateway     = "10.123.0.1"
 	subnet      = "10.123.0"
+	Subnet      = subnet + ".0/24" // the lab network's
 	APIPort     = 6443
 	ClusterCIDR = "10.244.0.0/16"
 	VIPPool     = "10.123.0.200-10.123.0.250"
@@ -29,7 +30,7 @@ const (
 	// The network's DHCP range: subnet.dhcpFirst-dhcpLast.
 	dhcpFirst, dhcpLast = 100, 199
 	labURI              = "qemu:///system"                   // the lab's libvirtd
-	ccmPid              = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
+	CCMProcess          = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
 )
 
 // DefaultStateDir holds the running lab's files; removed by Down.
@@ -88,7 +89,8 @@ func LoadState(dir string) (*State, error) {
 	return &s, nil
 }
 
-func (s *State) save() error {
+// Save writes the state file, atomically.
+func (s *State) Save() error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err

@@ -50,12 +50,16 @@ func lightNodeName(i, n int) string {
 // reports as its system UUID.
 func fixtureUUID(i int) string { return fmt.Sprintf("1abc0000-0000-4000-8000-%012d", i) }
 
+// LightNode is node i (1-based) of a light lab of n: its name and its
+// domain's UUID.
+func LightNode(i, n int) (name, systemUUID string) { return lightNodeName(i, n), fixtureUUID(i) }
+
 func fixturePath(dir string) string { return filepath.Join(dir, "fixture.xml") }
 
-// libvirtURI is the hypervisor the lab's CCM (and status) talks to.
-func libvirtURI(st *State) string {
-	if st.Light {
-		return "test://" + fixturePath(st.Dir)
+// LibvirtURI is the hypervisor the lab's CCM (and status) talks to.
+func (s *State) LibvirtURI() string {
+	if s.Light {
+		return "test://" + fixturePath(s.Dir)
 	}
 	return labURI
 }
@@ -102,21 +106,30 @@ func gracePeriodFor(heartbeat time.Duration) time.Duration {
 // root inside the lab's namespace; the daemons it starts outlive it.
 func UpLight(ctx context.Context, opts Options) (*State, error) {
 	opts.Light = true
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, err
-	}
-	st := &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: true, Started: time.Now()}
-	u := &upRun{opts: opts, start: time.Now(), st: st}
-	if err := st.save(); err != nil {
+	u, err := beginUp(opts)
+	if err != nil {
 		return nil, err
 	}
 	heartbeat := heartbeatFor(opts.Nodes)
+	if err := u.run(u.lightSteps(ctx, heartbeat)); err != nil {
+		return u.st, err
+	}
+	fmt.Fprintf(u.opts.Out, "light lab up in %.1fs (leases renewed every %s)\n\n", time.Since(u.start).Seconds(), heartbeat)
+	if err := u.st.Save(); err != nil {
+		return u.st, err
+	}
+	s, err := GetStatus(ctx, u.st)
+	if err != nil {
+		return u.st, err
+	}
+	s.WriteSummary(u.opts.Out, 20)
+	return u.st, nil
+}
+
+// lightSteps are the steps of a light lab: the test driver's domains and
+// simulated kubelets renewing their Leases every heartbeat.
+func (u *upRun) lightSteps(ctx context.Context, heartbeat time.Duration) []upStep {
+	opts, st := u.opts, u.st
 	simToken := controlplane.NewToken()
 	var (
 		ccmBin string
@@ -139,29 +152,12 @@ func UpLight(ctx context.Context, opts Options) (*State, error) {
 			return err
 		}},
 	}
-	if opts.HostListener != nil {
-		steps = append(steps, upStep{"API server on the host's loopback", func() error { return u.startForwarder(ctx) }})
-	}
-	steps = append(steps, []upStep{
+	steps = append(steps, u.forwarderStep(ctx)...)
+	return append(steps, []upStep{
 		{"libvirt-cloud-controller-manager (test driver)", func() error { return u.startLightCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("simulator of %d nodes", opts.Nodes), func() error { return u.startSimulator(cp, simToken, heartbeat) }},
 		{"nodes registered, initialized", func() error { return waitLight(ctx, client, st, opts.waitFor(opts.Nodes), opts.Out) }},
 	}...)
-	for _, s := range steps {
-		if err := u.step(s.name, s.f); err != nil {
-			return st, err
-		}
-	}
-	fmt.Fprintf(opts.Out, "light lab up in %.1fs (leases renewed every %s)\n\n", time.Since(u.start).Seconds(), heartbeat)
-	if err := st.save(); err != nil {
-		return st, err
-	}
-	s, err := GetStatus(ctx, st)
-	if err != nil {
-		return st, err
-	}
-	s.WriteSummary(opts.Out, 20)
-	return st, nil
 }
 
 func (u *upRun) startLightControlPlane(ctx context.Context, simToken string, grace time.Duration) (*controlplane.ControlPlane, kubernetes.Interface, error) {
@@ -209,7 +205,7 @@ func grantSimulator(ctx context.Context, client kubernetes.Interface) error {
 func lightCloudConfig(st *State) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
-	cfg.Hypervisors = []provider.HypervisorConfig{{URI: libvirtURI(st), Zone: lightZone}}
+	cfg.Hypervisors = []provider.HypervisorConfig{{URI: st.LibvirtURI(), Zone: lightZone}}
 	cfg.AddressSources = []string{provider.SourceGuestAgent}
 	return cfg
 }
@@ -318,4 +314,13 @@ func (s *Status) WriteSummary(w io.Writer, rows int) {
 	head := *s
 	head.Nodes = s.Nodes[:rows]
 	head.WriteTable(w)
+}
+
+func tainted(n *v1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
 }

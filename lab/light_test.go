@@ -2,21 +2,14 @@ package lab
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/klog/v2/ktesting"
 	"libvirt.org/go/libvirt"
 
 	"github.com/labcloud/labcloud/lab/kubeletsim"
@@ -102,97 +95,6 @@ func TestHeartbeatFor(t *testing.T) {
 		if rate := float64(tt.n) / hb.Seconds(); rate > tt.maxRenewPerSec {
 			t.Errorf("n=%d: %.1f renewals/s", tt.n, rate)
 		}
-	}
-}
-
-func TestRenewalsDue(t *testing.T) {
-	for _, tt := range []struct {
-		elapsed, interval time.Duration
-		n                 int
-		want              int64
-	}{
-		{0, 10 * time.Second, 100, 1},                     // the first at once
-		{99 * time.Millisecond, 10 * time.Second, 100, 1}, // one every 100 ms
-		{100 * time.Millisecond, 10 * time.Second, 100, 2},
-		{10 * time.Second, 10 * time.Second, 100, 101}, // one round done, the next begun
-		{25 * time.Second, 10 * time.Second, 3, 8},
-		{365 * 24 * time.Hour, time.Minute, 10000, 365*24*60*10000 + 1}, // no overflow
-		{time.Second, 0, 5, 5001},                                       // a zero interval is 1 ms
-		{-time.Second, time.Second, 5, 0},
-		{time.Second, time.Second, 0, 0},
-	} {
-		if got := renewalsDue(tt.elapsed, tt.interval, tt.n); got != tt.want {
-			t.Errorf("renewalsDue(%s, %s, %d) = %d, want %d", tt.elapsed, tt.interval, tt.n, got, tt.want)
-		}
-	}
-}
-
-func TestSimulate(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	var patches atomic.Int64
-	client.PrependReactor("patch", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		patches.Add(1)
-		return false, nil, nil
-	})
-	const n = 12
-	done := make(chan error, 1)
-	go func() {
-		done <- Simulate(ctx, SimOptions{Client: client, Nodes: n, Heartbeat: 120 * time.Millisecond, Workers: 3})
-	}()
-
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	poll("nodes and leases registered", func() bool {
-		nodes, _ := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		leases, _ := client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).List(ctx, metav1.ListOptions{})
-		return len(nodes.Items) == n && len(leases.Items) == n
-	})
-	for i := 1; i <= n; i++ {
-		node, err := client.CoreV1().Nodes().Get(ctx, lightNodeName(i, n), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if node.Status.NodeInfo.SystemUUID != fixtureUUID(i) || !tainted(node, kubeletsim.UninitializedTaint.Key) ||
-			!nodeIsReady(node) || node.Spec.ProviderID != "" {
-			t.Errorf("node %s is not registered like a kubelet with --cloud-provider=external: %+v", node.Name, node)
-		}
-	}
-	// About n renewals per heartbeat, spread over it.
-	poll("two rounds of renewals", func() bool { return patches.Load() >= 2*n })
-	lease, err := client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Get(ctx, lightNodeName(1, n), metav1.GetOptions{})
-	if err != nil || time.Since(lease.Spec.RenewTime.Time) > time.Second {
-		t.Errorf("lease of node 1 not renewed: %+v %v", lease, err)
-	}
-
-	// A deleted Node (and its Lease, which the garbage collector would
-	// remove) is registered again.
-	name := lightNodeName(5, n)
-	if err := client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll("deleted node registered again", func() bool {
-		_, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil
-	})
-
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Simulate = %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Simulate did not return after the context ended")
 	}
 }
 

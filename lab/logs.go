@@ -49,7 +49,7 @@ func LogSources(st *State) []LogSource {
 		out = append(out, LogSource{Component: "kube-scheduler", Path: cpLog(st.Dir, "kube-scheduler")},
 			LogSource{Component: dnsPid, Path: dnsLog(st.Dir)})
 	}
-	out = append(out, LogSource{Component: "ccm", Aliases: []string{ccmPid}, Path: ccmLog(st.Dir)})
+	out = append(out, LogSource{Component: "ccm", Aliases: []string{CCMProcess}, Path: ccmLog(st.Dir)})
 	if st.Light {
 		out = append(out, LogSource{Component: "simulator", Path: filepath.Join(st.Dir, "simulator.log")})
 	} else {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"slices"
 	"sort"
@@ -12,14 +11,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"libvirt.org/go/libvirt"
-	"libvirt.org/go/libvirtxml"
 
+	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
@@ -81,7 +78,7 @@ type hostSide struct {
 // GetStatus reads the lab's state from the API server, libvirt and the
 // kernel. It runs inside the lab's namespace.
 func GetStatus(ctx context.Context, st *State) (*Status, error) {
-	client, err := adminClient(st.Kubeconfig)
+	client, err := AdminClient(st.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +88,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	routes, _ := ownedRoutes()
-	domains := domainInfo(libvirtURI(st))
+	domains, _ := host.Domains(st.LibvirtURI(), NetworkName, NodePrefix)
 	for _, n := range nodes.Items {
 		ns := NodeStatus{Name: n.Name, ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, Ready: "Unknown"}
 		for _, c := range n.Status.Conditions {
@@ -106,7 +103,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 			ns.Taints = append(ns.Taints, t.Key)
 		}
 		if d, ok := domains[n.Name]; ok {
-			ns.Domain, ns.DomainState, ns.MAC = n.Name, d.state, d.mac
+			ns.Domain, ns.DomainState, ns.MAC = n.Name, d.State, d.MAC
 		}
 		if gw, ok := routes[n.Spec.PodCIDR]; ok {
 			ns.Route = fmt.Sprintf("via %s dev %s proto %d", gw, Bridge, netroutes.DefaultProtocol)
@@ -117,9 +114,9 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list services: %w", err)
 	}
-	host := hostSide{neighbour: vipNeighbours(), routedVia: vipRoutes(nodes.Items)}
+	side := hostSide{neighbour: host.PermanentNeighbours(Bridge), routedVia: vipRoutes(nodes.Items)}
 	for i := range svcs.Items {
-		out.Services = append(out.Services, serviceRows(&svcs.Items[i], host)...)
+		out.Services = append(out.Services, serviceRows(&svcs.Items[i], side)...)
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	sort.SliceStable(out.Services, func(i, j int) bool { return out.Services[i].Service < out.Services[j].Service })
@@ -129,7 +126,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 // serviceRows are a LoadBalancer Service's VIPs (one row without a VIP
 // while it has none), read from its Announced condition, beside what the
 // host's kernel has for them.
-func serviceRows(s *v1.Service, host hostSide) []ServiceStatus {
+func serviceRows(s *v1.Service, side hostSide) []ServiceStatus {
 	if s.Spec.Type != v1.ServiceTypeLoadBalancer {
 		return nil
 	}
@@ -150,7 +147,7 @@ func serviceRows(s *v1.Service, host hostSide) []ServiceStatus {
 	var rows []ServiceStatus
 	for _, ing := range s.Status.LoadBalancer.Ingress {
 		row := ServiceStatus{Service: name, VIP: ing.IP, Since: since, Placement: placement,
-			HostNeighbour: host.neighbour[ing.IP], RoutedVia: host.routedVia[ing.IP]}
+			HostNeighbour: side.neighbour[ing.IP], RoutedVia: side.routedVia[ing.IP]}
 		if a, ok := answers[ing.IP]; ok {
 			row.Node = a.Node
 			if a.MAC != nil {
@@ -193,50 +190,9 @@ func dash(s string) string {
 	return s
 }
 
-type domInfo struct{ state, mac string }
-
-// domainInfo maps lab domain names on uri to their state and MAC.
-func domainInfo(uri string) map[string]domInfo {
-	out := map[string]domInfo{}
-	c, err := libvirt.NewConnectReadOnly(uri)
-	if err != nil {
-		return out
-	}
-	defer c.Close()
-	doms, err := c.ListAllDomains(0)
-	if err != nil {
-		return out
-	}
-	for _, d := range doms {
-		name, _ := d.GetName()
-		state, _, _ := d.GetState()
-		info := domInfo{state: map[libvirt.DomainState]string{
-			libvirt.DOMAIN_RUNNING: "running", libvirt.DOMAIN_SHUTOFF: "shut-off", libvirt.DOMAIN_CRASHED: "crashed",
-			libvirt.DOMAIN_PAUSED: "paused", libvirt.DOMAIN_SHUTDOWN: "shutting-down"}[state]}
-		if desc, err := d.GetXMLDesc(0); err == nil {
-			var x libvirtxml.Domain
-			if x.Unmarshal(desc) == nil && x.Devices != nil {
-				for _, i := range x.Devices.Interfaces {
-					if i.MAC != nil {
-						info.mac = strings.ToLower(i.MAC.Address)
-						break
-					}
-				}
-			}
-		}
-		out[name] = info
-		d.Free()
-	}
-	return out
-}
-
 // ownedRoutes are the CCM's routes on the bridge: pod CIDR → gateway.
 func ownedRoutes() (map[string]string, error) {
-	var routes []netroutes.Route
-	err := withBridgeRoutes(netroutes.DefaultProtocol, func(m *netroutes.Manager) (err error) {
-		routes, err = m.List()
-		return err
-	})
+	routes, err := host.Routes(Bridge, netroutes.DefaultProtocol)
 	if err != nil {
 		return nil, err
 	}
@@ -259,11 +215,8 @@ func vipRoutes(nodes []v1.Node) map[string][]string {
 			}
 		}
 	}
-	var paths []netroutes.Paths
-	if err := withBridgeRoutes(netroutes.VIPProtocol, func(m *netroutes.Manager) (err error) {
-		paths, err = m.ListPaths()
-		return err
-	}); err != nil {
+	paths, err := host.SpreadRoutes(Bridge)
+	if err != nil {
 		return out
 	}
 	for _, p := range paths {
@@ -279,42 +232,4 @@ func vipRoutes(nodes []v1.Node) map[string][]string {
 		out[p.Dst.Addr().String()] = via
 	}
 	return out
-}
-
-// vipNeighbours are the permanent neighbour entries on the bridge (the
-// CCM's entries for VIPs): IP → MAC.
-func vipNeighbours() map[string]string {
-	out := map[string]string{}
-	link, err := netlink.LinkByName(Bridge)
-	if err != nil {
-		return out
-	}
-	neighs, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
-	if err != nil {
-		return out
-	}
-	for _, n := range neighs {
-		if n.State&netlink.NUD_PERMANENT == 0 || n.HardwareAddr == nil {
-			continue
-		}
-		if ip, ok := netip.AddrFromSlice(n.IP); ok {
-			out[ip.Unmap().String()] = strings.ToLower(net.HardwareAddr(n.HardwareAddr).String())
-		}
-	}
-	return out
-}
-
-// withBridgeRoutes runs f with a Manager of the bridge's routes of one
-// protocol, on a netlink handle of its own.
-func withBridgeRoutes(protocol netlink.RouteProtocol, f func(*netroutes.Manager) error) error {
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge, Protocol: protocol})
-	if err != nil {
-		return err
-	}
-	return f(m)
 }

@@ -48,7 +48,7 @@ func (u *upRun) step(name string, f func() error) error {
 	}
 	d := time.Since(t).Seconds()
 	u.st.Steps = append(u.st.Steps, Step{Name: name, Seconds: d})
-	_ = u.st.save()
+	_ = u.st.Save()
 	fmt.Fprintf(u.opts.Out, "[%6.1fs] %s done in %.1fs\n", time.Since(u.start).Seconds(), name, d)
 	return nil
 }
@@ -57,6 +57,20 @@ func (u *upRun) step(name string, f func() error) error {
 // namespace (cmd/labcloud arranges that). The daemons it starts outlive it.
 func Up(ctx context.Context, opts Options) (*State, error) {
 	opts.Light = false
+	u, err := beginUp(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.run(u.fullSteps(ctx)); err != nil {
+		return u.st, err
+	}
+	fmt.Fprintf(u.opts.Out, "lab up in %.1fs\n", time.Since(u.start).Seconds())
+	return u.st, u.st.Save()
+}
+
+// beginUp checks opts and records an empty lab in opts.Dir: the prologue
+// of both modes.
+func beginUp(opts Options) (*upRun, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -66,10 +80,23 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Started: time.Now()}}
-	if err := u.st.save(); err != nil {
-		return nil, err
+	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, Started: time.Now()}}
+	return u, u.st.Save()
+}
+
+// run runs steps in order, timing each; it stops at the first that fails.
+func (u *upRun) run(steps []upStep) error {
+	for _, s := range steps {
+		if err := u.step(s.name, s.f); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// fullSteps are the steps of a lab of real guests.
+func (u *upRun) fullSteps(ctx context.Context) []upStep {
+	opts := u.opts
 	var (
 		ccmBin, labNodeBin string
 		art                image.Artifacts
@@ -106,30 +133,29 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 			removeGuests(opts.Out)
 			return nil
 		}},
-		{"libvirt network " + NetworkName, func() error { return defineNetwork() }},
+		{"libvirt network " + NetworkName, DefineNetwork},
 		{"multipath hash per connection", spreadPerConnection},
 		{"etcd, kube-apiserver, kube-controller-manager, kube-scheduler", func() (err error) {
 			cp, client, err = u.startControlPlane(ctx)
 			return err
 		}},
 	}
-	if opts.HostListener != nil {
-		steps = append(steps, upStep{"API server on the host's loopback", func() error { return u.startForwarder(ctx) }})
-	}
-	steps = append(steps, []upStep{
+	steps = append(steps, u.forwarderStep(ctx)...)
+	return append(steps, []upStep{
 		{"cluster DNS (CoreDNS)", func() error { return u.startDNS(ctx, cp, client) }},
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.waitFor(opts.Nodes), opts.Out) }},
 		{"first pod Running", func() error { return firstPod(ctx, client) }},
 	}...)
-	for _, s := range steps {
-		if err := u.step(s.name, s.f); err != nil {
-			return u.st, err
-		}
+}
+
+// forwarderStep serves the API server on the host's loopback, when asked.
+func (u *upRun) forwarderStep(ctx context.Context) []upStep {
+	if u.opts.HostListener == nil {
+		return nil
 	}
-	fmt.Fprintf(opts.Out, "lab up in %.1fs\n", time.Since(u.start).Seconds())
-	return u.st, u.st.save()
+	return []upStep{{"API server on the host's loopback", func() error { return u.startForwarder(ctx) }}}
 }
 
 // claimHost waits until no e2e run or other lab uses the host (its one
@@ -211,7 +237,8 @@ func isFile(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-func defineNetwork() error {
+// DefineNetwork creates the lab's libvirt network on the lab's libvirtd.
+func DefineNetwork() error {
 	c, err := libvirt.NewConnect(labURI)
 	if err != nil {
 		return err
@@ -253,7 +280,7 @@ func (u *upRun) runControlPlane(ctx context.Context, opts controlplane.Options) 
 		return nil, nil, err
 	}
 	u.st.Kubeconfig, u.st.APIServer = cp.AdminKube, cp.URL
-	client, err := adminClient(cp.AdminKube)
+	client, err := AdminClient(cp.AdminKube)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -272,7 +299,7 @@ func cpProcesses(cp *controlplane.ControlPlane) []*controlplane.Process {
 	return cp.Processes()
 }
 
-func adminClient(kubeconfig string) (kubernetes.Interface, error) {
+func AdminClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
@@ -404,7 +431,7 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		u.st.Nodes = append(u.st.Nodes, name)
 	}
 	fmt.Fprintf(u.opts.Out, "           %d guests (%s) booting; consoles in %s\n", u.opts.Nodes, map[string]string{"kvm": "KVM", "qemu": "TCG"}[typ], nodes)
-	return u.st.save()
+	return u.st.Save()
 }
 
 // waitLab waits up to timeout until every lab node is Ready and

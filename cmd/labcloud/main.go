@@ -20,6 +20,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/bench"
+	"github.com/labcloud/labcloud/lab/chaos"
+	"github.com/labcloud/labcloud/lab/conformance"
+	"github.com/labcloud/labcloud/lab/kubeletsim"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 	"github.com/labcloud/labcloud/version"
 )
@@ -227,7 +231,7 @@ func upCmd(dir *string) *cobra.Command {
 func simulateCmd() *cobra.Command {
 	var (
 		kubeconfig string
-		opts       lab.SimOptions
+		opts       kubeletsim.SimOptions
 	)
 	cmd := &cobra.Command{
 		Use:    "simulate",
@@ -238,12 +242,13 @@ func simulateCmd() *cobra.Command {
 			if err := errors.Join(positive("--nodes", opts.Nodes), positiveDuration("--heartbeat", opts.Heartbeat), existingFile("--kubeconfig", kubeconfig)); err != nil {
 				return err
 			}
-			client, err := lab.SimClient(kubeconfig)
+			client, err := kubeletsim.SimClient(kubeconfig)
 			if err != nil {
 				return err
 			}
 			opts.Client = client
-			return lab.Simulate(cmd.Context(), opts)
+			opts.Identity = func(i int) (string, string) { return lab.LightNode(i, opts.Nodes) }
+			return kubeletsim.Simulate(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "the simulator's kubeconfig")
@@ -404,7 +409,7 @@ and the memory of every daemon and guest. Prints p50/p90 and writes JSON.`,
 				}
 				return inNetns(cmd.Context(), "bench", "--state-dir", *dir, "--runs", fmt.Sprint(runs), "--output", abs)
 			}
-			res, err := lab.Bench(cmd.Context(), st, runs, cmd.OutOrStdout())
+			res, err := bench.Run(cmd.Context(), st, runs, cmd.OutOrStdout())
 			if res != nil {
 				data, _ := json.MarshalIndent(res, "", "  ")
 				if werr := os.WriteFile(output, append(data, '\n'), 0o644); werr != nil && err == nil {
@@ -421,7 +426,7 @@ and the memory of every daemon and guest. Prints p50/p90 and writes JSON.`,
 }
 
 func chaosCmd(dir *string) *cobra.Command {
-	opts := lab.ChaosOptions{Duration: 5 * time.Minute, Seed: 1}
+	opts := chaos.Options{Duration: 5 * time.Minute, Seed: 1}
 	output := ""
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -463,7 +468,7 @@ timestamp and a summary, and removes the Services it made.`,
 				return inNetns(cmd.Context(), args...)
 			}
 			opts.Out = cmd.OutOrStdout()
-			sum, err := lab.Chaos(cmd.Context(), st, opts)
+			sum, err := chaos.Run(cmd.Context(), st, opts)
 			if output != "" && sum.Checks > 0 {
 				data, _ := json.MarshalIndent(sum, "", "  ")
 				if werr := os.WriteFile(output, append(data, '\n'), 0o644); werr != nil {
@@ -482,7 +487,7 @@ timestamp and a summary, and removes the Services it made.`,
 }
 
 func e2eCmd(dir *string) *cobra.Command {
-	opts := lab.E2EOptions{Focus: lab.DefaultE2EFocus, Skip: lab.DefaultE2ESkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour}
+	opts := conformance.Options{Focus: conformance.DefaultFocus, Skip: conformance.DefaultSkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour}
 	cmd := &cobra.Command{
 		Use:   "e2e",
 		Short: "Run Kubernetes' own LoadBalancer e2e tests (e2e.test) against the running lab; writes JUnit",
@@ -510,7 +515,7 @@ test fails. The default focus and skip are explained in docs/conformance.md.`,
 				return err
 			}
 			opts.Out = cmd.OutOrStdout()
-			_, err = lab.E2E(cmd.Context(), st, opts)
+			_, err = conformance.Run(cmd.Context(), st, opts)
 			return err
 		},
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/chaos"
 )
 
 // TestChaosSoak brings a two-node lab up and runs `labcloud chaos` on it
@@ -43,7 +43,7 @@ func TestChaosSoak(t *testing.T) {
 	if rerr != nil {
 		t.Fatalf("no chaos summary (%v); chaos: %v", rerr, err)
 	}
-	var sum lab.ChaosSummary
+	var sum chaos.Summary
 	if err := json.Unmarshal(data, &sum); err != nil {
 		t.Fatalf("chaos summary: %v\n%s", err, data)
 	}

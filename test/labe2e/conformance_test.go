@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/conformance"
 )
 
 // ciConformanceSkip is what CI's conformance run leaves out of `labcloud
@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 	// Most of a long up is waiting for other tests to release the host.
 	l.must(60*time.Minute, "up", "--nodes", "3")
 	start := time.Now()
-	out, err := l.run(50*time.Minute, "e2e", "--skip", lab.DefaultE2ESkip+"|"+ciConformanceSkip, "--junit-dir", t.TempDir())
+	out, err := l.run(50*time.Minute, "e2e", "--skip", conformance.DefaultSkip+"|"+ciConformanceSkip, "--junit-dir", t.TempDir())
 	t.Logf("labcloud e2e (wall time %s):\n%s", time.Since(start).Round(time.Second), tail(out, 60))
 	m := e2eSummary.FindAllStringSubmatch(out, -1)
 	if len(m) == 0 {

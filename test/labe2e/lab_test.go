@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/bench"
 	"github.com/labcloud/labcloud/lab/image"
 )
 
@@ -483,7 +484,7 @@ func checkBench(t *testing.T, l *labcloud) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res lab.BenchResult
+	var res bench.Result
 	if err := json.Unmarshal(data, &res); err != nil {
 		t.Fatalf("bench JSON: %v\n%s", err, data)
 	}
@@ -507,7 +508,7 @@ func checkBench(t *testing.T, l *labcloud) {
 			t.Errorf("%s run: VIP moved from %s to %q", r.Kind, r.From, r.ToNode)
 		}
 	}
-	if !kinds[lab.FailoverCrash] || !kinds[lab.FailoverStop] {
+	if !kinds[bench.FailoverCrash] || !kinds[bench.FailoverStop] {
 		t.Errorf("bench ran failovers %v, want a crash and a stop", kinds)
 	}
 	if len(res.ServiceToAnswer) != 2 || res.LabRSSMiB <= 0 {

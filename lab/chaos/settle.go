@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"fmt"
@@ -235,8 +235,8 @@ func (t *Tracker) SettleSummary() []SettleStats {
 	return out
 }
 
-// ChaosSummary is the end of a chaos run.
-type ChaosSummary struct {
+// Summary is the end of a chaos run.
+type Summary struct {
 	Seed       int64             `json:"seed"`
 	Duration   time.Duration     `json:"duration"`
 	Faults     map[FaultKind]int `json:"faults"`
@@ -247,8 +247,8 @@ type ChaosSummary struct {
 }
 
 // Summary is the tracker's account of the run.
-func (t *Tracker) Summary(seed int64, d time.Duration, skipped int) ChaosSummary {
-	s := ChaosSummary{Seed: seed, Duration: d, Faults: map[FaultKind]int{}, Checks: t.Checks, Skipped: skipped, Settle: t.SettleSummary(), Violations: []string{}}
+func (t *Tracker) Summary(seed int64, d time.Duration, skipped int) Summary {
+	s := Summary{Seed: seed, Duration: d, Faults: map[FaultKind]int{}, Checks: t.Checks, Skipped: skipped, Settle: t.SettleSummary(), Violations: []string{}}
 	for k, n := range t.Injected {
 		s.Faults[k] = n
 	}
@@ -259,7 +259,7 @@ func (t *Tracker) Summary(seed int64, d time.Duration, skipped int) ChaosSummary
 }
 
 // Write prints the summary for people.
-func (s ChaosSummary) Write(b io.Writer) {
+func (s Summary) Write(b io.Writer) {
 	fmt.Fprintf(b, "chaos summary: seed %d, %s\n", s.Seed, s.Duration.Round(time.Second))
 	var kinds []string
 	total := 0

@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"fmt"
@@ -82,19 +82,19 @@ func (k FaultKind) policy() faultPolicy {
 
 func (k FaultKind) isNode() bool { return k == FaultNodeStop || k == FaultNodeKill }
 
-// ChaosService is a LoadBalancer Service chaos creates.
-type ChaosService struct {
+// PlannedService is a LoadBalancer Service chaos creates.
+type PlannedService struct {
 	Namespace, Name string
 	SharingKey      string
 	Port            int32
 }
 
 // Key is namespace/name.
-func (s ChaosService) Key() string { return s.Namespace + "/" + s.Name }
+func (s PlannedService) Key() string { return s.Namespace + "/" + s.Name }
 
-// ChaosNamespace holds the second Service of a cross-namespace pair: the
+// Namespace holds the second Service of a cross-namespace pair: the
 // same sharing key in another namespace must not share an IP.
-const ChaosNamespace = "labcloud-chaos"
+const Namespace = "labcloud-chaos"
 
 // Fault is one planned fault.
 type Fault struct {
@@ -104,8 +104,8 @@ type Fault struct {
 	Hold   time.Duration
 	// Gap is the quiet time after the fault has settled, before the next.
 	Gap    time.Duration
-	Create []ChaosService
-	Delete *ChaosService
+	Create []PlannedService
+	Delete *PlannedService
 }
 
 func (f Fault) String() string {
@@ -135,16 +135,16 @@ func (f Fault) String() string {
 	return s
 }
 
-// maxChaosServices bounds the Services chaos keeps at once (the lab's
+// maxServices bounds the Services chaos keeps at once (the lab's
 // pool has 51 addresses).
-const maxChaosServices = 8
+const maxServices = 8
 
 // Plan is the seeded sequence of faults: the same seed and nodes give the
 // same faults in the same order. It tracks the Services it created.
 type Plan struct {
 	rng   *rand.Rand
 	nodes []string
-	live  []ChaosService
+	live  []PlannedService
 	n     int
 }
 
@@ -194,7 +194,7 @@ func (p *Plan) draw() Fault {
 	case FaultLibvirtd:
 		f.Signal = []string{"TERM", "KILL"}[p.rng.IntN(2)]
 	case FaultServiceCreate:
-		if len(p.live) >= maxChaosServices {
+		if len(p.live) >= maxServices {
 			return p.delete()
 		}
 		return p.create(p.rng.IntN(3))
@@ -218,14 +218,14 @@ func (p *Plan) weight(k FaultKind) int {
 // in one namespace, 2 two with one key in two namespaces.
 func (p *Plan) create(variant int) Fault {
 	name := fmt.Sprintf("chaos-%d", p.n)
-	var svcs []ChaosService
+	var svcs []PlannedService
 	switch variant {
 	case 0:
-		svcs = []ChaosService{{Namespace: "default", Name: name, Port: 80}}
+		svcs = []PlannedService{{Namespace: "default", Name: name, Port: 80}}
 	case 1:
-		svcs = []ChaosService{{Namespace: "default", Name: name + "-a", SharingKey: name, Port: 80}, {Namespace: "default", Name: name + "-b", SharingKey: name, Port: 81}}
+		svcs = []PlannedService{{Namespace: "default", Name: name + "-a", SharingKey: name, Port: 80}, {Namespace: "default", Name: name + "-b", SharingKey: name, Port: 81}}
 	default:
-		svcs = []ChaosService{{Namespace: "default", Name: name + "-a", SharingKey: name, Port: 80}, {Namespace: ChaosNamespace, Name: name + "-b", SharingKey: name, Port: 81}}
+		svcs = []PlannedService{{Namespace: "default", Name: name + "-a", SharingKey: name, Port: 80}, {Namespace: Namespace, Name: name + "-b", SharingKey: name, Port: 81}}
 	}
 	p.live = append(p.live, svcs...)
 	return Fault{Kind: FaultServiceCreate, Create: svcs}

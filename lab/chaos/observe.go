@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"context"
@@ -13,16 +13,15 @@ import (
 	"time"
 
 	"github.com/mdlayher/arp"
-	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"libvirt.org/go/libvirt"
-	"libvirt.org/go/libvirtxml"
 
+	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
@@ -84,12 +83,12 @@ func (c *lanClient) plug() error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("veth %s: %w", chaosVethLab, err)
 	}
-	br, err := netlink.LinkByName(Bridge)
+	br, err := netlink.LinkByName(lab.Bridge)
 	if err != nil {
-		return fmt.Errorf("bridge %s: %w", Bridge, err)
+		return fmt.Errorf("bridge %s: %w", lab.Bridge, err)
 	}
 	if err := netlink.LinkSetMaster(veth, br); err != nil {
-		return fmt.Errorf("attach %s to %s: %w", chaosVethLab, Bridge, err)
+		return fmt.Errorf("attach %s to %s: %w", chaosVethLab, lab.Bridge, err)
 	}
 	if err := netlink.LinkSetUp(veth); err != nil {
 		return fmt.Errorf("link up %s: %w", chaosVethLab, err)
@@ -222,18 +221,18 @@ func (p *arpProber) collect(vips []netip.Addr, deadline time.Time, out map[netip
 
 // observer takes snapshots of the lab.
 type observer struct {
-	st     *State
+	st     *lab.State
 	client kubernetes.Interface
 	arp    *arpProber
 	subnet netip.Prefix
 
 	mu      sync.Mutex
 	downAt  map[string]time.Time // when each domain was last made or seen to go down
-	domains map[string]SnapDomain
+	domains map[string]Domain
 }
 
-func newObserver(st *State, client kubernetes.Interface, p *arpProber) *observer {
-	return &observer{st: st, client: client, arp: p, subnet: netip.MustParsePrefix(subnet + ".0/24"), downAt: map[string]time.Time{}}
+func newObserver(st *lab.State, client kubernetes.Interface, p *arpProber) *observer {
+	return &observer{st: st, client: client, arp: p, subnet: netip.MustParsePrefix(lab.Subnet), downAt: map[string]time.Time{}}
 }
 
 // wentDown records that chaos stopped a domain at t.
@@ -269,7 +268,7 @@ func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
 		}
 	}
 	s.Domains, s.DomainsKnown = o.readDomains(s.At)
-	if s.Routes, err = bridgeRoutes(); err != nil {
+	if s.Routes, err = host.Routes(lab.Bridge, netroutes.DefaultProtocol); err != nil {
 		return nil, err
 	}
 	if s.ARP, err = o.arp.Probe(ctx, snapshotVIPs(s), 400*time.Millisecond); err != nil {
@@ -282,20 +281,20 @@ func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
 }
 
 // listNodes lists the Nodes as a snapshot keeps them.
-func (o *observer) listNodes(ctx context.Context) ([]SnapNode, error) {
+func (o *observer) listNodes(ctx context.Context) ([]Node, error) {
 	nodes, err := o.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	out := make([]SnapNode, 0, len(nodes.Items))
+	out := make([]Node, 0, len(nodes.Items))
 	for i := range nodes.Items {
 		out = append(out, snapNode(&nodes.Items[i]))
 	}
 	return out, nil
 }
 
-func snapNode(n *v1.Node) SnapNode {
-	sn := SnapNode{Name: n.Name, UID: string(n.UID)}
+func snapNode(n *v1.Node) Node {
+	sn := Node{Name: n.Name, UID: string(n.UID)}
 	_, sn.Excluded = n.Labels[excludeLBLabel]
 	for _, c := range n.Status.Conditions {
 		if c.Type == v1.NodeReady {
@@ -327,8 +326,8 @@ func snapNode(n *v1.Node) SnapNode {
 	return sn
 }
 
-func snapService(svc *v1.Service, eps []discoveryv1.EndpointSlice) SnapService {
-	ss := SnapService{Key: svc.Namespace + "/" + svc.Name, SharingKey: svc.Annotations[lb.AnnotationSharingKey],
+func snapService(svc *v1.Service, eps []discoveryv1.EndpointSlice) Service {
+	ss := Service{Key: svc.Namespace + "/" + svc.Name, SharingKey: svc.Annotations[lb.AnnotationSharingKey],
 		Local: svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal}
 	for _, es := range eps {
 		if es.Namespace != svc.Namespace || es.Labels[discoveryv1.LabelServiceName] != svc.Name {
@@ -350,119 +349,27 @@ func snapService(svc *v1.Service, eps []discoveryv1.EndpointSlice) SnapService {
 
 // readDomains asks libvirt for the lab's domains; when it cannot, it
 // returns the last ones it saw and false.
-func (o *observer) readDomains(now time.Time) (map[string]SnapDomain, bool) {
-	got, err := labDomains(libvirtURI(o.st))
+func (o *observer) readDomains(now time.Time) (map[string]Domain, bool) {
+	doms, err := host.Domains(o.st.LibvirtURI(), lab.NetworkName, lab.NodePrefix)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if err != nil {
 		return o.domains, false
 	}
-	for name, d := range got {
+	got := map[string]Domain{}
+	for name, dom := range doms {
+		d := Domain{Running: dom.Running, MAC: dom.MAC}
 		if !d.Running && now.After(o.downAt[name]) {
 			o.downAt[name] = now
 		}
 		d.LastDown = o.downAt[name]
 		// A guest that booted before chaos began was down just before its
 		// QEMU started.
-		if started, err := qemuStarted(name); d.Running && err == nil && started.After(d.LastDown) {
+		if started, err := host.QEMUStarted(name); d.Running && err == nil && started.After(d.LastDown) {
 			d.LastDown = started
 		}
 		got[name] = d
 	}
 	o.domains = got
 	return got, true
-}
-
-// labDomains lists the lab's domains with their state and lab-network MAC.
-func labDomains(uri string) (map[string]SnapDomain, error) {
-	c, err := libvirt.NewConnectReadOnly(uri)
-	if err != nil {
-		return nil, fmt.Errorf("libvirt %s: %w", uri, err)
-	}
-	defer c.Close()
-	doms, err := c.ListAllDomains(0)
-	if err != nil {
-		return nil, fmt.Errorf("list domains: %w", err)
-	}
-	out := map[string]SnapDomain{}
-	for _, d := range doms {
-		name, err := d.GetName()
-		if err == nil && strings.HasPrefix(name, NodePrefix) {
-			var sd SnapDomain
-			state, _, _ := d.GetState()
-			sd.Running = state == libvirt.DOMAIN_RUNNING
-			if desc, err := d.GetXMLDesc(0); err == nil {
-				sd.MAC = labNetworkMAC(desc)
-			}
-			out[name] = sd
-		}
-		d.Free()
-	}
-	return out, nil
-}
-
-// labNetworkMAC is the MAC of the domain's NIC on the lab network.
-func labNetworkMAC(domainXML string) string {
-	var x libvirtxml.Domain
-	if x.Unmarshal(domainXML) != nil || x.Devices == nil {
-		return ""
-	}
-	for _, i := range x.Devices.Interfaces {
-		if i.MAC != nil && i.Source != nil && i.Source.Network != nil && i.Source.Network.Network == NetworkName {
-			return strings.ToLower(i.MAC.Address)
-		}
-	}
-	return ""
-}
-
-// bridgeRoutes are the owned routes on the bridge; none while the bridge
-// does not exist.
-func bridgeRoutes() ([]netroutes.Route, error) {
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return nil, fmt.Errorf("netlink: %w", err)
-	}
-	defer h.Close()
-	m, err := netroutes.New(h, netroutes.Config{Bridge: Bridge})
-	var nf netlink.LinkNotFoundError
-	if errors.As(err, &nf) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("owned routes: %w", err)
-	}
-	routes, err := m.List()
-	if errors.As(err, &nf) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("owned routes: %w", err)
-	}
-	return routes, nil
-}
-
-// qemuStarted is when the QEMU process of a running lab guest started.
-func qemuStarted(name string) (time.Time, error) {
-	pid, err := qemuPid(name)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return processStarted(pid)
-}
-
-// processStarted is when process pid started, by the host's clock.
-func processStarted(pid int) (time.Time, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return time.Time{}, err
-	}
-	stat, err := p.Stat()
-	if err != nil {
-		return time.Time{}, err
-	}
-	secs, err := stat.StartTime()
-	if err != nil {
-		return time.Time{}, err
-	}
-	return time.Unix(0, int64(secs*float64(time.Second))), nil
 }

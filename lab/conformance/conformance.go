@@ -1,4 +1,4 @@
-package lab
+package conformance
 
 import (
 	"bytes"
@@ -16,29 +16,31 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/lab"
 )
 
-// DefaultE2EFocus selects Kubernetes' own tests of a LoadBalancer-capable
+// DefaultFocus selects Kubernetes' own tests of a LoadBalancer-capable
 // cloud (k8s.io/kubernetes v1.36.3 test/e2e): every [Feature:LoadBalancer]
 // test of network/loadbalancer.go, the [sig-network] Services tests of
 // network/service.go that create type=LoadBalancer Services, and the
 // cloud-provider Node test of cloud/nodes.go.
-const DefaultE2EFocus = `\[Feature:LoadBalancer\]` +
+const DefaultFocus = `\[Feature:LoadBalancer\]` +
 	`|\[Feature:CloudProvider\]` +
 	`|Services should fail health check node port if there are only terminating endpoints` +
 	`|Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes` +
 	`|Services should serve endpoints on same port and different protocol for internal traffic on Type LoadBalancer`
 
-// DefaultE2ESkip drops only what cannot apply to the lab; docs/conformance.md gives
+// DefaultSkip drops only what cannot apply to the lab; docs/conformance.md gives
 // the reason of each: the lab is IPv4-only, SCTP is not what it offers,
 // flaky tests prove nothing either way, and [Disruptive] tests reboot or
 // restart nodes and daemons over SSH, which the lab's guests do not run (the
 // cloud Node test is [Disruptive] too, and it can only delete an instance
 // through an aws or gce e2e provider: it is listed as skipped).
-const DefaultE2ESkip = `IPv6|DualStack|SCTP|\[Flaky\]|\[Disruptive\]`
+const DefaultSkip = `IPv6|DualStack|SCTP|\[Flaky\]|\[Disruptive\]`
 
-// E2EOptions choose what `labcloud e2e` runs and where it writes.
-type E2EOptions struct {
+// Options choose what `labcloud e2e` runs and where it writes.
+type Options struct {
 	Focus, Skip string
 	// ReportDir receives junit_01.xml, e2e.log and what the tests dump.
 	ReportDir string
@@ -63,13 +65,13 @@ const (
 	e2ePrefix     = "/30"
 )
 
-// E2E runs the prebuilt e2e.test of the lab's tools against the running lab
+// Run runs the prebuilt e2e.test of the lab's tools against the running lab
 // with its admin kubeconfig, writes the JUnit report into opts.ReportDir and
 // returns the result of every selected test. It runs on the host and starts
 // e2e.test in E2ENetns, a namespace joined to the lab's, where VIPs,
 // NodePorts, pod and node addresses are reachable. The error is non-nil
 // when a test failed or the suite could not run.
-func E2E(ctx context.Context, st *State, opts E2EOptions) (res *E2EResult, err error) {
+func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err error) {
 	logger := klog.FromContext(ctx).WithValues("reportDir", opts.ReportDir)
 	if st.Light {
 		return nil, errors.New("e2e needs real nodes: the light lab has none (labcloud up without --light)")
@@ -98,9 +100,9 @@ func E2E(ctx context.Context, st *State, opts E2EOptions) (res *E2EResult, err e
 
 	labNetns := st.Netns
 	if labNetns == "" {
-		labNetns = Netns
+		labNetns = lab.Netns
 	}
-	cleanup, err := setupE2EClient(ctx, labNetns, E2ENetns)
+	cleanup, err := setupClient(ctx, labNetns, E2ENetns)
 	defer func() {
 		if cerr := cleanup(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("remove the e2e client namespace: %w", cerr))
@@ -110,7 +112,7 @@ func E2E(ctx context.Context, st *State, opts E2EOptions) (res *E2EResult, err e
 		return nil, fmt.Errorf("e2e client namespace: %w", err)
 	}
 
-	args := e2eArgs(st, opts)
+	args := args(st, opts)
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", E2ENetns, bin}, args...)...)
 	cmd.Dir = opts.ReportDir
 	// kubectl (exec into pods) from the lab's tools; e2e.test runs it by name.
@@ -129,7 +131,7 @@ func E2E(ctx context.Context, st *State, opts E2EOptions) (res *E2EResult, err e
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("e2e.test wrote no report (log in %s): %w", logPath, err), runErr)
 	}
-	res, err = ParseE2EJUnit(data, focus, skip)
+	res, err = ParseJUnit(data, focus, skip)
 	if err != nil {
 		return nil, err
 	}
@@ -144,11 +146,11 @@ func E2E(ctx context.Context, st *State, opts E2EOptions) (res *E2EResult, err e
 	return res, nil
 }
 
-// setupE2EClient makes clientNetns, joined to the lab's namespace labNetns by
+// setupClient makes clientNetns, joined to the lab's namespace labNetns by
 // a veth pair, with a default route into the lab, and lets the lab forward
 // its traffic (libvirt's routed network forwards only its own subnet). The
 // cleanup removes both, and is to be called even when setup fails.
-func setupE2EClient(ctx context.Context, labNetns, clientNetns string) (cleanup func() error, err error) {
+func setupClient(ctx context.Context, labNetns, clientNetns string) (cleanup func() error, err error) {
 	forward := [][]string{
 		{"FORWARD", "-i", e2eLabVeth, "-j", "ACCEPT"},
 		{"FORWARD", "-o", e2eLabVeth, "-j", "ACCEPT"},
@@ -205,8 +207,8 @@ func run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-// e2eArgs is e2e.test's command line for the lab.
-func e2eArgs(st *State, opts E2EOptions) []string {
+// args is e2e.test's command line for the lab.
+func args(st *lab.State, opts Options) []string {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = 3 * time.Hour
@@ -244,15 +246,15 @@ func compileFilters(focus, skip string) (*regexp.Regexp, *regexp.Regexp, error) 
 	return f, s, nil
 }
 
-// E2EResult is the outcome of one e2e.test run.
-type E2EResult struct {
-	Tests                   []E2ETest
+// Result is the outcome of one e2e.test run.
+type Result struct {
+	Tests                   []Test
 	Passed, Failed, Skipped int
 	Wall                    time.Duration
 }
 
-// E2ETest is one selected test (or a failed suite node) of a run.
-type E2ETest struct {
+// Test is one selected test (or a failed suite node) of a run.
+type Test struct {
 	Name    string
 	Outcome string // passed, failed, skipped
 	// Reason says why a test was skipped: its own Skip message, or that
@@ -262,13 +264,13 @@ type E2ETest struct {
 }
 
 // Summary is the one-line summary `labcloud e2e` ends with.
-func (r *E2EResult) Summary() string {
+func (r *Result) Summary() string {
 	return fmt.Sprintf("%d passed, %d failed, %d skipped", r.Passed, r.Failed, r.Skipped)
 }
 
 // Write prints every selected test with its outcome and time, the slowest
 // tests and, last, the summary line.
-func (r *E2EResult) Write(w io.Writer) {
+func (r *Result) Write(w io.Writer) {
 	fmt.Fprintf(w, "\n%-8s %8s  %s\n", "RESULT", "SECONDS", "TEST")
 	for _, t := range r.Tests {
 		line := fmt.Sprintf("%-8s %8.1f  %s", t.Outcome, t.Seconds, t.Name)
@@ -290,14 +292,14 @@ func (r *E2EResult) Write(w io.Writer) {
 }
 
 // Slowest returns the n longest tests that ran, longest first.
-func (r *E2EResult) Slowest(n int) []E2ETest {
-	var ran []E2ETest
+func (r *Result) Slowest(n int) []Test {
+	var ran []Test
 	for _, t := range r.Tests {
 		if t.Outcome != "skipped" {
 			ran = append(ran, t)
 		}
 	}
-	slices.SortStableFunc(ran, func(a, b E2ETest) int {
+	slices.SortStableFunc(ran, func(a, b Test) int {
 		switch {
 		case a.Seconds > b.Seconds:
 			return -1
@@ -326,7 +328,7 @@ type junitCase struct {
 	} `xml:"skipped"`
 }
 
-// ParseE2EJUnit reads e2e.test's JUnit report. The report lists every spec
+// ParseJUnit reads e2e.test's JUnit report. The report lists every spec
 // of the suite: one the filters left out is "skipped" with the bare message
 // "skipped", one that skipped itself carries "skipped - <reason>". The
 // result holds the specs the run selected (those that ran or skipped
@@ -334,7 +336,7 @@ type junitCase struct {
 // or aborted), the specs matching focus that only the skip pattern left
 // out (all counted as skipped), and any suite node ([SynchronizedBeforeSuite],
 // [ReportAfterSuite], ...) that failed, counted as a failure.
-func ParseE2EJUnit(data []byte, focus, skip *regexp.Regexp) (*E2EResult, error) {
+func ParseJUnit(data []byte, focus, skip *regexp.Regexp) (*Result, error) {
 	var doc junitSuites
 	if err := xml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("JUnit report: %w", err)
@@ -342,11 +344,11 @@ func ParseE2EJUnit(data []byte, focus, skip *regexp.Regexp) (*E2EResult, error) 
 	if len(doc.Suites) == 0 {
 		return nil, errors.New("JUnit report: no testsuite")
 	}
-	res := &E2EResult{}
+	res := &Result{}
 	for _, s := range doc.Suites {
 		for _, c := range s.Cases {
 			kind, text := splitLeafType(c.Name)
-			t := E2ETest{Name: text, Seconds: c.Time}
+			t := Test{Name: text, Seconds: c.Time}
 			switch {
 			case c.Status == "passed":
 				if kind != "It" {
@@ -387,7 +389,7 @@ func ParseE2EJUnit(data []byte, focus, skip *regexp.Regexp) (*E2EResult, error) 
 			res.Tests = append(res.Tests, t)
 		}
 	}
-	slices.SortStableFunc(res.Tests, func(a, b E2ETest) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(res.Tests, func(a, b Test) int { return strings.Compare(a.Name, b.Name) })
 	return res, nil
 }
 

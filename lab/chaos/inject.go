@@ -1,11 +1,9 @@
-package lab
+package chaos
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,10 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"libvirt.org/go/libvirt"
 
+	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 	"github.com/labcloud/labcloud/lb"
 )
@@ -31,7 +30,7 @@ import (
 // fault with nothing to undo (a Service created or deleted).
 
 type injector struct {
-	st     *State
+	st     *lab.State
 	client kubernetes.Interface
 	obs    *observer
 }
@@ -52,7 +51,7 @@ func (in *injector) inject(ctx context.Context, f Fault) (undo func(context.Cont
 		return in.networkDestroy()
 	case FaultServiceCreate:
 		for _, s := range f.Create {
-			if err := createChaosService(ctx, in.client, s); err != nil {
+			if err := createService(ctx, in.client, s); err != nil {
 				return nil, err
 			}
 		}
@@ -71,7 +70,7 @@ func (in *injector) inject(ctx context.Context, f Fault) (undo func(context.Cont
 // libvirt's graceful destroy, SIGTERM to QEMU, when the guest ignores it),
 // or by SIGKILL to its QEMU behind libvirt's back.
 func (in *injector) nodeDown(name string, kill bool) (func(context.Context) error, error) {
-	c, err := libvirt.NewConnect(libvirtURI(in.st))
+	c, err := libvirt.NewConnect(in.st.LibvirtURI())
 	if err != nil {
 		return nil, fmt.Errorf("libvirt: %w", err)
 	}
@@ -82,7 +81,7 @@ func (in *injector) nodeDown(name string, kill bool) (func(context.Context) erro
 	}
 	defer d.Free()
 	if kill {
-		pid, err := qemuPid(name)
+		pid, err := host.QEMUPid(name)
 		if err != nil {
 			return nil, err
 		}
@@ -91,78 +90,37 @@ func (in *injector) nodeDown(name string, kill bool) (func(context.Context) erro
 		}
 	} else {
 		_ = d.Shutdown() // guests without ACPI handling ignore it
-		if !waitDomainDown(d, 5*time.Second) {
+		if !host.WaitDomainDown(d, 5*time.Second) {
 			if err := d.DestroyFlags(libvirt.DOMAIN_DESTROY_GRACEFUL); err != nil {
 				return nil, fmt.Errorf("destroy %s: %w", name, err)
 			}
 		}
 	}
-	if !waitDomainDown(d, 15*time.Second) {
+	if !host.WaitDomainDown(d, 15*time.Second) {
 		return nil, fmt.Errorf("domain %s still running after it was stopped", name)
 	}
 	in.obs.wentDown(name, time.Now())
-	return func(context.Context) error { return startDomain(libvirtURI(in.st), name) }, nil
-}
-
-func waitDomainDown(d *libvirt.Domain, timeout time.Duration) bool {
-	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		active, err := d.IsActive()
-		return err == nil && !active, nil
-	}) == nil
-}
-
-func startDomain(uri, name string) error {
-	c, err := libvirt.NewConnect(uri)
-	if err != nil {
-		return fmt.Errorf("libvirt: %w", err)
-	}
-	defer c.Close()
-	d, err := c.LookupDomainByName(name)
-	if err != nil {
-		return fmt.Errorf("domain %s: %w", name, err)
-	}
-	defer d.Free()
-	if err := d.Create(); err != nil {
-		return fmt.Errorf("start domain %s: %w", name, err)
-	}
-	return nil
-}
-
-// qemuPid finds the QEMU process of a lab guest from libvirt's pid file,
-// checked against its command line.
-func qemuPid(name string) (int, error) {
-	data, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", name+".pid"))
-	if err != nil {
-		return 0, fmt.Errorf("QEMU pid of %s: %w", name, err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		return 0, fmt.Errorf("QEMU pid file of %s: %w", name, err)
-	}
-	if !argContains(cmdline(pid), "guest="+name) {
-		return 0, fmt.Errorf("pid %d is not the QEMU of %s", pid, name)
-	}
-	return pid, nil
+	return func(context.Context) error { return host.StartDomain(in.st.LibvirtURI(), name) }, nil
 }
 
 // ccmKill SIGKILLs the CCM; the recovery starts it again with the command
 // the lab started it with.
 func (in *injector) ccmKill() (func(context.Context) error, error) {
-	pid := in.st.Pids[ccmPid]
-	if pid <= 0 || !isProcess(pid, ccmPid) {
+	pid := in.st.Pids[lab.CCMProcess]
+	if pid <= 0 || !host.IsProcess(pid, lab.CCMProcess) {
 		// Restarted by someone else: the process running the lab's command.
-		if pid = processWithCommand(in.st.CCMCommand); pid == 0 {
-			return nil, fmt.Errorf("the lab's CCM (pid %d in the state) is not running", in.st.Pids[ccmPid])
+		if pid = host.ProcessWithCommand(in.st.CCMCommand); pid == 0 {
+			return nil, fmt.Errorf("the lab's CCM (pid %d in the state) is not running", in.st.Pids[lab.CCMProcess])
 		}
 	}
-	if err := killAndWait(pid, syscall.SIGKILL, 10*time.Second); err != nil {
+	if err := host.KillAndWait(pid, syscall.SIGKILL, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("CCM: %w", err)
 	}
 	return func(context.Context) error {
-		if err := in.st.launchCCM(); err != nil {
+		if err := in.st.LaunchCCM(); err != nil {
 			return fmt.Errorf("restart the CCM: %w", err)
 		}
-		return in.st.save()
+		return in.st.Save()
 	}, nil
 }
 
@@ -170,10 +128,10 @@ func (in *injector) ccmKill() (func(context.Context) error, error) {
 // starts it again as the lab did.
 func (in *injector) libvirtdStop(sig string) (func(context.Context) error, error) {
 	pid := in.st.Pids["libvirtd"]
-	if pid <= 0 || !isProcess(pid, "libvirtd") {
+	if pid <= 0 || !host.IsProcess(pid, "libvirtd") {
 		// Restarted by someone else (libvirtd -d): its pid file says which.
 		data, err := os.ReadFile("/run/libvirtd.pid")
-		if pid, _ = strconv.Atoi(strings.TrimSpace(string(data))); err != nil || pid <= 0 || !isProcess(pid, "libvirtd") {
+		if pid, _ = strconv.Atoi(strings.TrimSpace(string(data))); err != nil || pid <= 0 || !host.IsProcess(pid, "libvirtd") {
 			return nil, fmt.Errorf("the lab's libvirtd (pid %d in the state) is not running", in.st.Pids["libvirtd"])
 		}
 	}
@@ -181,7 +139,7 @@ func (in *injector) libvirtdStop(sig string) (func(context.Context) error, error
 	if sig == "KILL" {
 		s = syscall.SIGKILL
 	}
-	if err := killAndWait(pid, s, 20*time.Second); err != nil {
+	if err := host.KillAndWait(pid, s, 20*time.Second); err != nil {
 		return nil, fmt.Errorf("libvirtd: %w", err)
 	}
 	return func(ctx context.Context) error {
@@ -190,54 +148,26 @@ func (in *injector) libvirtdStop(sig string) (func(context.Context) error, error
 			return fmt.Errorf("restart libvirtd: %w", err)
 		}
 		in.st.Pids["libvirtd"] = d.LibvirtdPid()
-		return in.st.save()
+		return in.st.Save()
 	}, nil
-}
-
-// processWithCommand finds a process whose command line is cmd; 0 if none.
-func processWithCommand(cmd []string) int {
-	if len(cmd) == 0 {
-		return 0
-	}
-	if pids := processes(func(args []string) bool { return slices.Equal(args, cmd) }); len(pids) > 0 {
-		return pids[0]
-	}
-	return 0
-}
-
-// killAndWait sends sig to pid and waits until it has ended (SIGKILL
-// after timeout).
-func killAndWait(pid int, sig syscall.Signal, timeout time.Duration) error {
-	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("signal %d to pid %d: %w", sig, pid, err)
-	}
-	deadline := time.Now().Add(timeout)
-	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			deadline = time.Now().Add(timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return nil
 }
 
 // bridgeFlap sets the bridge's link down; the recovery sets it up.
 func (in *injector) bridgeFlap() (func(context.Context) error, error) {
-	link, err := netlink.LinkByName(Bridge)
+	link, err := netlink.LinkByName(lab.Bridge)
 	if err != nil {
-		return nil, fmt.Errorf("bridge %s: %w", Bridge, err)
+		return nil, fmt.Errorf("bridge %s: %w", lab.Bridge, err)
 	}
 	if err := netlink.LinkSetDown(link); err != nil {
-		return nil, fmt.Errorf("link down %s: %w", Bridge, err)
+		return nil, fmt.Errorf("link down %s: %w", lab.Bridge, err)
 	}
 	return func(context.Context) error {
-		link, err := netlink.LinkByName(Bridge)
+		link, err := netlink.LinkByName(lab.Bridge)
 		if err != nil {
-			return fmt.Errorf("bridge %s: %w", Bridge, err)
+			return fmt.Errorf("bridge %s: %w", lab.Bridge, err)
 		}
 		if err := netlink.LinkSetUp(link); err != nil {
-			return fmt.Errorf("link up %s: %w", Bridge, err)
+			return fmt.Errorf("link up %s: %w", lab.Bridge, err)
 		}
 		return nil
 	}, nil
@@ -249,81 +179,38 @@ func (in *injector) bridgeFlap() (func(context.Context) error, error) {
 // LAN clients' veths) back on it, as an operator re-plugs after a network
 // restart.
 func (in *injector) networkDestroy() (func(context.Context) error, error) {
-	ports, err := bridgePorts()
+	ports, err := host.Ports(lab.Bridge)
 	if err != nil {
 		return nil, err
 	}
-	c, err := libvirt.NewConnect(libvirtURI(in.st))
+	c, err := libvirt.NewConnect(in.st.LibvirtURI())
 	if err != nil {
 		return nil, fmt.Errorf("libvirt: %w", err)
 	}
 	defer c.Close()
-	n, err := c.LookupNetworkByName(NetworkName)
+	n, err := c.LookupNetworkByName(lab.NetworkName)
 	if err != nil {
-		return nil, fmt.Errorf("network %s: %w", NetworkName, err)
+		return nil, fmt.Errorf("network %s: %w", lab.NetworkName, err)
 	}
 	defer n.Free()
 	if err := n.Destroy(); err != nil {
-		return nil, fmt.Errorf("net-destroy %s: %w", NetworkName, err)
+		return nil, fmt.Errorf("net-destroy %s: %w", lab.NetworkName, err)
 	}
 	return func(context.Context) error {
-		if err := defineNetwork(); err != nil {
-			return fmt.Errorf("create network %s again: %w", NetworkName, err)
+		if err := lab.DefineNetwork(); err != nil {
+			return fmt.Errorf("create network %s again: %w", lab.NetworkName, err)
 		}
-		return replug(ports)
+		return host.Replug(lab.Bridge, ports)
 	}, nil
 }
 
-// bridgePorts names the bridge's ports.
-func bridgePorts() ([]string, error) {
-	br, err := netlink.LinkByName(Bridge)
-	if err != nil {
-		return nil, fmt.Errorf("bridge %s: %w", Bridge, err)
-	}
-	links, err := netlink.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
-	}
-	var out []string
-	for _, l := range links {
-		if l.Attrs().MasterIndex == br.Attrs().Index {
-			out = append(out, l.Attrs().Name)
-		}
-	}
-	return out, nil
-}
-
-// replug makes ports (those that still exist) ports of the bridge again.
-func replug(ports []string) error {
-	br, err := netlink.LinkByName(Bridge)
-	if err != nil {
-		return fmt.Errorf("bridge %s: %w", Bridge, err)
-	}
-	for _, p := range ports {
-		l, err := netlink.LinkByName(p)
-		if err != nil {
-			continue // gone with its guest
-		}
-		if l.Attrs().MasterIndex == br.Attrs().Index {
-			continue // libvirt attached it already
-		}
-		if err := netlink.LinkSetMaster(l, br); err != nil {
-			return fmt.Errorf("attach %s to %s: %w", p, Bridge, err)
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return fmt.Errorf("link up %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// chaosServiceLabel marks the Services chaos creates, so that it removes
+// serviceLabel marks the Services chaos creates, so that it removes
 // exactly those at the end.
-const chaosServiceLabel = "labcloud.io/chaos"
+const serviceLabel = "labcloud.io/chaos"
 
-func createChaosService(ctx context.Context, client kubernetes.Interface, s ChaosService) error {
+func createService(ctx context.Context, client kubernetes.Interface, s PlannedService) error {
 	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: map[string]string{chaosServiceLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: map[string]string{serviceLabel: "true"}},
 		Spec: v1.ServiceSpec{
 			Type:     v1.ServiceTypeLoadBalancer,
 			Selector: map[string]string{"app": s.Name},
@@ -339,9 +226,9 @@ func createChaosService(ctx context.Context, client kubernetes.Interface, s Chao
 	return nil
 }
 
-// deleteChaosServices removes every Service chaos created, in any run.
-func deleteChaosServices(ctx context.Context, client kubernetes.Interface) error {
-	list, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: chaosServiceLabel})
+// deleteServices removes every Service chaos created, in any run.
+func deleteServices(ctx context.Context, client kubernetes.Interface) error {
+	list, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: serviceLabel})
 	if err != nil {
 		return fmt.Errorf("list chaos Services: %w", err)
 	}

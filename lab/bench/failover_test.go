@@ -1,4 +1,4 @@
-package lab
+package bench
 
 import (
 	"context"
@@ -25,8 +25,8 @@ func TestPercentiles(t *testing.T) {
 		{[]float64{5, 1, 4, 2, 3}, Percentiles{N: 5, P50: 3, P90: 5}},
 		{[]float64{10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, Percentiles{N: 10, P50: 5, P90: 9}},
 	} {
-		if got := percentiles(tc.xs); got != tc.want {
-			t.Errorf("percentiles(%v) = %+v, want %+v", tc.xs, got, tc.want)
+		if got := PercentilesOf(tc.xs); got != tc.want {
+			t.Errorf("PercentilesOf(%v) = %+v, want %+v", tc.xs, got, tc.want)
 		}
 	}
 }

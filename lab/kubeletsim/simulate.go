@@ -1,4 +1,4 @@
-package lab
+package kubeletsim
 
 import (
 	"context"
@@ -15,17 +15,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-
-	"github.com/labcloud/labcloud/lab/kubeletsim"
 )
 
 // SimOptions configure Simulate.
 type SimOptions struct {
 	// Client acts for every simulated kubelet.
 	Client kubernetes.Interface
-	// Nodes is how many nodes to simulate; they are named and identified
-	// like the domains of the light lab's fixture.
+	// Nodes is how many nodes to simulate.
 	Nodes int
+	// Identity names node i (1-based) and gives the system UUID of its
+	// domain, which the node reports.
+	Identity func(i int) (name, systemUUID string)
 	// Heartbeat is how often each node's Lease is renewed (default 10 s).
 	Heartbeat time.Duration
 	// Workers is how many requests are in flight at most (default 16).
@@ -50,8 +50,8 @@ func SimClient(kubeconfig string) (kubernetes.Interface, error) {
 // ctx ends. The Ready condition is not refreshed: the node lifecycle
 // controller takes a renewed Lease as the heartbeat.
 func Simulate(ctx context.Context, opts SimOptions) error {
-	if opts.Nodes < 1 || opts.Client == nil {
-		return fmt.Errorf("simulate: want a client and at least one node, got %d nodes", opts.Nodes)
+	if opts.Nodes < 1 || opts.Client == nil || opts.Identity == nil {
+		return fmt.Errorf("simulate: want a client, an identity and at least one node, got %d nodes", opts.Nodes)
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = 10 * time.Second
@@ -101,12 +101,12 @@ func (s *simulator) each(ctx context.Context, produce func(context.Context, chan
 	wg.Wait()
 }
 
-func (s *simulator) name(i int) string { return lightNodeName(i, s.opts.Nodes) }
+func (s *simulator) name(i int) string { name, _ := s.opts.Identity(i); return name }
 
 // host is what simulated node i reports about itself.
-func (s *simulator) host(i int) kubeletsim.Host {
-	uuid := fixtureUUID(i)
-	return kubeletsim.Host{
+func (s *simulator) host(i int) Host {
+	_, uuid := s.opts.Identity(i)
+	return Host{
 		SystemUUID:    uuid,
 		MachineID:     strings.ReplaceAll(uuid, "-", ""),
 		BootID:        uuid,
@@ -137,15 +137,15 @@ func (s *simulator) registerUntilDone(ctx context.Context, i int) {
 func (s *simulator) register(ctx context.Context, i int) error {
 	name := s.name(i)
 	nodes := s.opts.Client.CoreV1().Nodes()
-	node, err := nodes.Create(ctx, kubeletsim.NewNode(name, s.host(i), time.Now()), metav1.CreateOptions{})
+	node, err := nodes.Create(ctx, NewNode(name, s.host(i), time.Now()), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		node, err = nodes.Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", name, err)
 	}
-	lease := kubeletsim.RenewedLease(nil, node, time.Now())
-	_, err = s.opts.Client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
+	lease := RenewedLease(nil, node, time.Now())
+	_, err = s.opts.Client.CoordinationV1().Leases(NodeLeaseNamespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create lease of node %s: %w", name, err)
 	}
@@ -157,7 +157,7 @@ func (s *simulator) register(ctx context.Context, i int) error {
 func (s *simulator) renew(ctx context.Context, i int) {
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"renewTime": metav1.NewMicroTime(time.Now())}})
 	if err == nil {
-		_, err = s.opts.Client.CoordinationV1().Leases(kubeletsim.NodeLeaseNamespace).Patch(ctx, s.name(i), types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err = s.opts.Client.CoordinationV1().Leases(NodeLeaseNamespace).Patch(ctx, s.name(i), types.MergePatchType, patch, metav1.PatchOptions{})
 	}
 	if apierrors.IsNotFound(err) {
 		err = s.register(ctx, i)

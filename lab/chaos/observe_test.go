@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,9 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/labcloud/labcloud/internal/nstest"
+	"github.com/labcloud/labcloud/lab"
 )
 
 // TestARPProberCountsEveryAnswer runs the prober in a client namespace
@@ -118,31 +120,16 @@ func nsHandle(t *testing.T, name string) netns.NsHandle {
 // the lab's, in a namespace of the test's, and asks for the bridge's own
 // address: the kernel's answer must come back through the veth.
 func TestLANClientReachesTheBridge(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, veth, raw ARP sockets")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	labNS, err := netns.New() // the test's stand-in for the lab's namespace; entered
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer labNS.Close()
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err)
-		}
-	}()
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: Bridge}}
+	// The test's namespace stands in for the lab's.
+	nstest.InNew(t, func(netns.NsHandle) { lanClientReachesTheBridge(t) })
+}
+
+func lanClientReachesTheBridge(t *testing.T) {
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: lab.Bridge}}
 	if err := netlink.LinkAdd(br); err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := netlink.ParseAddr(Gateway + "/24")
+	addr, _ := netlink.ParseAddr(lab.Gateway + "/24")
 	if err := netlink.AddrAdd(br, addr); err != nil {
 		t.Fatal(err)
 	}
@@ -158,31 +145,19 @@ func TestLANClientReachesTheBridge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	gw := netip.MustParseAddr(Gateway)
+	gw := netip.MustParseAddr(lab.Gateway)
 	var got map[netip.Addr][]string
 	for i := 0; i < 10 && len(got[gw]) == 0; i++ { // the veth may take a moment to forward
 		if got, err = p.Probe(context.Background(), []netip.Addr{gw}, 300*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
-	link, _ := netlink.LinkByName(Bridge)
+	link, _ := netlink.LinkByName(lab.Bridge)
 	if want := []string{link.Attrs().HardwareAddr.String()}; !slices.Equal(got[gw], want) {
 		t.Errorf("%s answered by %v, want the bridge's %v", gw, got[gw], want)
 	}
 	lan.Close()
 	if _, err := netlink.LinkByName(chaosVethLab); err == nil {
 		t.Errorf("%s left behind by Close", chaosVethLab)
-	}
-}
-
-// TestProcessStarted: this test's own process started before now (give
-// or take the boot time's whole second) and within the hour.
-func TestProcessStarted(t *testing.T) {
-	started, err := processStarted(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if started.After(time.Now().Add(time.Second)) || time.Since(started) > time.Hour {
-		t.Errorf("this process started at %s?", started)
 	}
 }

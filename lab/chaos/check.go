@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"fmt"
@@ -41,26 +41,26 @@ type Snapshot struct {
 	At     time.Time    // when taking it began
 	End    time.Time    // when it was complete
 	Subnet netip.Prefix // the bridge's subnet
-	Nodes  []SnapNode
+	Nodes  []Node
 	// NodesAfter are the Nodes listed again once the ARP probe is done. A
 	// node can become eligible (or stop being) while the probe runs, and
 	// the CCM moves a VIP within milliseconds of the Node's update: a node
 	// eligible in either listing may be the one answering.
-	NodesAfter []SnapNode
+	NodesAfter []Node
 	// Domains are the lab's libvirt domains by name, as last seen;
 	// DomainsKnown is false when libvirt could not be asked this time (then
 	// every Node's domain is taken to exist).
-	Domains      map[string]SnapDomain
+	Domains      map[string]Domain
 	DomainsKnown bool
-	Services     []SnapService
+	Services     []Service
 	// ARP maps each probed VIP to the MACs that answered it, lower case.
 	ARP map[netip.Addr][]string
 	// Routes are the owned routes on the bridge.
 	Routes []netroutes.Route
 }
 
-// SnapNode is one Node.
-type SnapNode struct {
+// Node is one Node.
+type Node struct {
 	Name     string
 	UID      string
 	Excluded bool // node.kubernetes.io/exclude-from-external-load-balancers
@@ -77,8 +77,8 @@ type SnapNode struct {
 	Addresses    []netip.Addr // all addresses, any type
 }
 
-// SnapDomain is one libvirt domain.
-type SnapDomain struct {
+// Domain is one libvirt domain.
+type Domain struct {
 	Running bool
 	MAC     string // the NIC on the lab network, lower case
 	// LastDown is when the domain was last seen or made to go down; zero
@@ -86,8 +86,8 @@ type SnapDomain struct {
 	LastDown time.Time
 }
 
-// SnapService is one LoadBalancer Service.
-type SnapService struct {
+// Service is one LoadBalancer Service.
+type Service struct {
 	Key        string // namespace/name
 	SharingKey string
 	VIPs       []netip.Addr
@@ -97,7 +97,7 @@ type SnapService struct {
 	EndpointNodes []string
 }
 
-func (s SnapService) namespace() string { ns, _, _ := strings.Cut(s.Key, "/"); return ns }
+func (s Service) namespace() string { ns, _, _ := strings.Cut(s.Key, "/"); return ns }
 
 // Condition is one broken invariant in one snapshot.
 type Condition struct {
@@ -134,7 +134,7 @@ func Evaluate(prev, cur *Snapshot) []Condition {
 // reported Ready since its domain last went down (before that its status is the
 // one from before; the guest is still booting), in either Node listing.
 func eligibleMACs(s *Snapshot) map[string]string {
-	return macsOfNodes(s, func(SnapNode) bool { return false })
+	return macsOfNodes(s, func(Node) bool { return false })
 }
 
 // keepingMACs are eligibleMACs plus the nodes whose Ready is Unknown that
@@ -143,14 +143,14 @@ func eligibleMACs(s *Snapshot) map[string]string {
 // (noneEligible), else those that went Unknown less than
 // provider.UnknownHold before the snapshot.
 func keepingMACs(s *Snapshot, noneEligible bool) map[string]string {
-	return macsOfNodes(s, func(n SnapNode) bool {
+	return macsOfNodes(s, func(n Node) bool {
 		return n.Unknown && (noneEligible || s.At.Before(n.UnknownSince.Add(provider.UnknownHold)))
 	})
 }
 
 // macsOfNodes maps the MACs of the nodes that may answer to the nodes; a
 // node not Ready may if keeps says so.
-func macsOfNodes(s *Snapshot, keeps func(SnapNode) bool) map[string]string {
+func macsOfNodes(s *Snapshot, keeps func(Node) bool) map[string]string {
 	out := map[string]string{}
 	for _, n := range slices.Concat(s.Nodes, s.NodesAfter) {
 		d, ok := s.Domains[n.Name]
@@ -211,7 +211,7 @@ func checkVIPAnswers(s *Snapshot) []Condition {
 
 // narrowByEndpoints keeps, of the eligible nodes (MAC -> node), those with
 // a ready endpoint of every externalTrafficPolicy Local Service holding vip.
-func narrowByEndpoints(eligible map[string]string, svcs []SnapService, vip netip.Addr) map[string]string {
+func narrowByEndpoints(eligible map[string]string, svcs []Service, vip netip.Addr) map[string]string {
 	out := eligible
 	for _, svc := range svcs {
 		if !svc.Local || !slices.Contains(svc.VIPs, vip) {
@@ -243,7 +243,7 @@ func snapshotVIPs(s *Snapshot) []netip.Addr {
 }
 
 func checkVIPUnique(s *Snapshot) []Condition {
-	holders := map[netip.Addr][]SnapService{}
+	holders := map[netip.Addr][]Service{}
 	for _, svc := range s.Services {
 		for _, ip := range svc.VIPs {
 			holders[ip] = append(holders[ip], svc)

@@ -1,14 +1,12 @@
-package lab
+package bench
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/host"
 )
 
 // Bounds of one failover run.
@@ -38,7 +39,7 @@ const (
 // bridge, the host's neighbour table and libvirt's events all along.
 type failoverBench struct {
 	client kubernetes.Interface
-	st     *State
+	st     *lab.State
 	vip    string
 	wire   *wireWatch
 	events *domainWatch
@@ -47,16 +48,16 @@ type failoverBench struct {
 	started map[string]time.Time
 }
 
-func newFailoverBench(ctx context.Context, client kubernetes.Interface, st *State, vip string) (*failoverBench, error) {
+func newFailoverBench(ctx context.Context, client kubernetes.Interface, st *lab.State, vip string) (*failoverBench, error) {
 	ip, err := parseVIP(vip)
 	if err != nil {
 		return nil, err
 	}
-	events, err := watchDomains(libvirtURI(st))
+	events, err := watchDomains(st.LibvirtURI())
 	if err != nil {
 		return nil, err
 	}
-	wire, err := watchWire(Bridge, ip)
+	wire, err := watchWire(lab.Bridge, ip)
 	if err != nil {
 		events.close()
 		return nil, err
@@ -80,7 +81,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	}
 	run.From = from
 	onFrom := map[string]bool{}
-	pods, err := b.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + benchApp})
+	pods, err := b.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
 	if err != nil {
 		return run, err
 	}
@@ -98,7 +99,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	trigger := time.Now()
 	switch kind {
 	case FailoverCrash:
-		pid, err := qemuPid(from)
+		pid, err := host.QEMUPid(from)
 		if err != nil {
 			prober.stop()
 			return run, err
@@ -108,7 +109,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 			return run, fmt.Errorf("kill QEMU of %s: %w", from, err)
 		}
 	case FailoverStop:
-		if err := NodeAction(from, "stop"); err != nil {
+		if err := lab.NodeAction(from, "stop"); err != nil {
 			prober.stop()
 			return run, fmt.Errorf("stop %s: %w", from, err)
 		}
@@ -137,7 +138,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 			run.GARPAfterEventSeconds = &d
 		}
 	} else {
-		missing("gratuitous ARP on "+Bridge, err)
+		missing("gratuitous ARP on "+lab.Bridge, err)
 	}
 	if n, err := b.wire.wait(mctx, func() (wireSeen, bool) { return b.wire.firstNeighbour(trigger, fromMAC) }); err == nil {
 		run.NeighbourSeconds = since(n.At)
@@ -146,7 +147,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	}
 	cancel()
 	cctx, cancel := context.WithDeadline(ctx, trigger.Add(clientBound))
-	a, err := prober.wait(cctx, down, func(who string) bool { return strings.HasPrefix(who, benchApp) && !onFrom[who] })
+	a, err := prober.wait(cctx, down, func(who string) bool { return strings.HasPrefix(who, app) && !onFrom[who] })
 	cancel()
 	prober.stop()
 	if err == nil {
@@ -160,7 +161,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		// libvirt may need a moment to notice a killed QEMU is gone.
 		restarted = time.Now()
-		if err = NodeAction(from, "start"); err == nil || time.Now().After(deadline) {
+		if err = lab.NodeAction(from, "start"); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -191,7 +192,7 @@ func (b *failoverBench) waitEligible(ctx context.Context) (string, []byte, map[s
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		st, err := GetStatus(ctx, b.st)
+		st, err := lab.GetStatus(ctx, b.st)
 		if err != nil {
 			why = err.Error()
 			return false, nil
@@ -213,10 +214,10 @@ func (b *failoverBench) waitEligible(ctx context.Context) (string, []byte, map[s
 		if why != "" {
 			return false, nil
 		}
-		if err := waitBenchPods(ctx, b.client, len(b.st.Nodes)); err != nil {
+		if err := waitPods(ctx, b.client, len(b.st.Nodes)); err != nil {
 			return false, err
 		}
-		if !strings.HasPrefix(answer(b.vip), benchApp) {
+		if !strings.HasPrefix(answer(b.vip), app) {
 			why = "the VIP does not answer over HTTP"
 			return false, nil
 		}
@@ -229,7 +230,7 @@ func (b *failoverBench) waitEligible(ctx context.Context) (string, []byte, map[s
 				}
 			}
 		}
-		why = "no node's MAC answers the VIP on " + Bridge
+		why = "no node's MAC answers the VIP on " + lab.Bridge
 		return false, nil
 	})
 	if err != nil {
@@ -333,24 +334,12 @@ func summarizeFailovers(runs []FailoverRun) map[string]FailoverSummary {
 	out := map[string]FailoverSummary{}
 	for kind, f := range by {
 		out[kind] = FailoverSummary{
-			Runs: count[kind], Client: percentiles(f.client), LibvirtEvent: percentiles(f.event),
-			GARP: percentiles(f.garp), GARPAfterEvent: percentiles(f.afterEvent),
-			Neighbour: percentiles(f.neigh), EligibleAgain: percentiles(f.eligible),
+			Runs: count[kind], Client: PercentilesOf(f.client), LibvirtEvent: PercentilesOf(f.event),
+			GARP: PercentilesOf(f.garp), GARPAfterEvent: PercentilesOf(f.afterEvent),
+			Neighbour: PercentilesOf(f.neigh), EligibleAgain: PercentilesOf(f.eligible),
 		}
 	}
 	return out
-}
-
-// percentiles are the nearest-rank p50 and p90 of xs: the smallest sample
-// with at least half (nine tenths) of the samples at or below it.
-func percentiles(xs []float64) Percentiles {
-	if len(xs) == 0 {
-		return Percentiles{}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	rank := func(p float64) float64 { return s[max(0, int(math.Ceil(p*float64(len(s))))-1)] }
-	return Percentiles{N: len(s), P50: rank(0.5), P90: rank(0.9)}
 }
 
 // prober is an HTTP client that opens a new connection every period, each
@@ -477,9 +466,9 @@ var (
 	benchLoopErr  error
 )
 
-// startBenchEventLoop runs libvirt's default event loop, which lifecycle
+// startEventLoop runs libvirt's default event loop, which lifecycle
 // events need; like libvirt's, it lives as long as the process.
-func startBenchEventLoop() error {
+func startEventLoop() error {
 	benchLoopOnce.Do(func() {
 		if err := libvirt.EventRegisterDefaultImpl(); err != nil {
 			benchLoopErr = fmt.Errorf("register libvirt event loop: %w", err)
@@ -494,7 +483,7 @@ func startBenchEventLoop() error {
 }
 
 func watchDomains(uri string) (*domainWatch, error) {
-	if err := startBenchEventLoop(); err != nil {
+	if err := startEventLoop(); err != nil {
 		return nil, err
 	}
 	conn, err := libvirt.NewConnectReadOnly(uri)

@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"net/netip"
@@ -26,13 +26,13 @@ func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func healthyLab() *Snapshot {
 	return &Snapshot{
 		At: t0, End: t0.Add(time.Second), Subnet: prefix("10.123.0.0/24"),
-		Nodes: []SnapNode{
+		Nodes: []Node{
 			{Name: "n1", UID: "u1", Reported: t0, PodCIDRs: []netip.Prefix{prefix("10.244.0.0/24")}, InternalIPs: []netip.Addr{ip("10.123.0.101")}, Addresses: []netip.Addr{ip("10.123.0.101")}},
 			{Name: "n2", UID: "u2", Reported: t0, PodCIDRs: []netip.Prefix{prefix("10.244.1.0/24")}, InternalIPs: []netip.Addr{ip("10.123.0.102")}, Addresses: []netip.Addr{ip("10.123.0.102")}},
 		},
-		Domains:      map[string]SnapDomain{"n1": {Running: true, MAC: mac1}, "n2": {Running: true, MAC: mac2}},
+		Domains:      map[string]Domain{"n1": {Running: true, MAC: mac1}, "n2": {Running: true, MAC: mac2}},
 		DomainsKnown: true,
-		Services:     []SnapService{{Key: "default/web", VIPs: []netip.Addr{ip("10.123.0.200")}}},
+		Services:     []Service{{Key: "default/web", VIPs: []netip.Addr{ip("10.123.0.200")}}},
 		ARP:          map[netip.Addr][]string{ip("10.123.0.200"): {mac1}},
 		Routes: []netroutes.Route{
 			{Dst: prefix("10.244.0.0/24"), Gateway: ip("10.123.0.101")},
@@ -53,36 +53,36 @@ func TestEvaluate(t *testing.T) {
 			want: []string{"vip-answered 10.123.0.200: no ARP answer"}},
 		{name: "VIP answered by two MACs", change: func(s *Snapshot) { s.ARP[ip("10.123.0.200")] = []string{mac1, mac2} },
 			want: []string{"vip-answered 10.123.0.200: answered by 2 MACs"}},
-		{name: "VIP answered by a stopped node", change: func(s *Snapshot) { s.Domains["n1"] = SnapDomain{MAC: mac1} },
+		{name: "VIP answered by a stopped node", change: func(s *Snapshot) { s.Domains["n1"] = Domain{MAC: mac1} },
 			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain shut off"}},
 		{name: "VIP answered by a node that has not reported since its domain came back",
 			change: func(s *Snapshot) {
-				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
+				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
 			},
 			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
 		{name: "a node that reported while the ARP probe ran",
 			change: func(s *Snapshot) {
-				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
+				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
 				s.NodesAfter = slices.Clone(s.Nodes)
 				s.NodesAfter[0].Reported = t0.Add(3 * time.Second)
 			}},
 		{name: "a node not eligible before the probe nor after it",
 			change: func(s *Snapshot) {
-				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
+				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
 				s.NodesAfter = slices.Clone(s.Nodes)
 			},
 			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
 		{name: "a report in the second the domain went down counts",
 			change: func(s *Snapshot) {
-				s.Domains["n1"] = SnapDomain{Running: true, MAC: mac1, LastDown: t0.Add(300 * time.Millisecond)}
+				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(300 * time.Millisecond)}
 			}},
 		{name: "VIP answered by an excluded node", change: func(s *Snapshot) { s.Nodes[0].Excluded = true },
 			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1"}},
 		{name: "VIP answered by a stranger", change: func(s *Snapshot) { s.ARP[ip("10.123.0.200")] = []string{"02:00:00:00:00:09"} },
 			want: []string{"vip-answered 10.123.0.200: answered by 02:00:00:00:00:09 (no lab domain's)"}},
 		{name: "no node eligible", change: func(s *Snapshot) {
-			s.Domains["n1"] = SnapDomain{MAC: mac1}
-			s.Domains["n2"] = SnapDomain{MAC: mac2}
+			s.Domains["n1"] = Domain{MAC: mac1}
+			s.Domains["n2"] = Domain{MAC: mac2}
 		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain shut off, not eligible), and no node is eligible"}},
 		{name: "every node Unknown: the answering one may keep it", change: func(s *Snapshot) {
 			s.Nodes[0].NotReady, s.Nodes[0].Unknown = true, true
@@ -99,8 +99,8 @@ func TestEvaluate(t *testing.T) {
 			s.Nodes[1].NotReady, s.Nodes[1].Unknown = true, true
 		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible), and no node is eligible"}},
 		{name: "no node up: unanswered is right", change: func(s *Snapshot) {
-			s.Domains["n1"] = SnapDomain{MAC: mac1}
-			s.Domains["n2"] = SnapDomain{MAC: mac2}
+			s.Domains["n1"] = Domain{MAC: mac1}
+			s.Domains["n2"] = Domain{MAC: mac2}
 			s.ARP = nil
 		}},
 		{name: "Local policy: answered by a node without endpoints", change: func(s *Snapshot) {
@@ -125,22 +125,22 @@ func TestEvaluate(t *testing.T) {
 			s.ARP[ip("10.123.0.200")] = []string{"02:00:00:00:00:09"}
 		}},
 		{name: "two Services, one IP, no key", change: func(s *Snapshot) {
-			s.Services = append(s.Services, SnapService{Key: "default/db", VIPs: []netip.Addr{ip("10.123.0.200")}})
+			s.Services = append(s.Services, Service{Key: "default/db", VIPs: []netip.Addr{ip("10.123.0.200")}})
 		}, want: []string{`vip-unique 10.123.0.200: held by default/web (sharing key ""), default/db`}},
 		{name: "two Services sharing a key", change: func(s *Snapshot) {
-			s.Services = []SnapService{
+			s.Services = []Service{
 				{Key: "default/a", SharingKey: "k", VIPs: []netip.Addr{ip("10.123.0.200")}},
 				{Key: "default/b", SharingKey: "k", VIPs: []netip.Addr{ip("10.123.0.200")}},
 			}
 		}},
 		{name: "two Services with different keys", change: func(s *Snapshot) {
-			s.Services = []SnapService{
+			s.Services = []Service{
 				{Key: "default/a", SharingKey: "k", VIPs: []netip.Addr{ip("10.123.0.200")}},
 				{Key: "default/b", SharingKey: "j", VIPs: []netip.Addr{ip("10.123.0.200")}},
 			}
 		}, want: []string{"vip-unique 10.123.0.200: held by default/a"}},
 		{name: "one key in two namespaces does not share", change: func(s *Snapshot) {
-			s.Services = []SnapService{
+			s.Services = []Service{
 				{Key: "default/a", SharingKey: "k", VIPs: []netip.Addr{ip("10.123.0.200")}},
 				{Key: "other/b", SharingKey: "k", VIPs: []netip.Addr{ip("10.123.0.200")}},
 			}
@@ -150,7 +150,7 @@ func TestEvaluate(t *testing.T) {
 				"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
 		{name: "Node of a stopped domain deleted", prev: func(*Snapshot) {}, change: func(s *Snapshot) {
 			s.Nodes = s.Nodes[1:]
-			s.Domains["n1"] = SnapDomain{MAC: mac1}
+			s.Domains["n1"] = Domain{MAC: mac1}
 			s.Routes = s.Routes[1:]
 			s.ARP[ip("10.123.0.200")] = []string{mac2}
 		}, want: []string{"node-kept n1: Node deleted while its domain exists"}},
@@ -213,7 +213,7 @@ func conditions(cs []Condition) string {
 
 func TestEligibleMACs(t *testing.T) {
 	s := healthyLab()
-	s.Domains["n2"] = SnapDomain{Running: true, MAC: mac2, LastDown: t0.Add(5 * time.Second)}
+	s.Domains["n2"] = Domain{Running: true, MAC: mac2, LastDown: t0.Add(5 * time.Second)}
 	got := eligibleMACs(s)
 	if len(got) != 1 || got[mac1] != "n1" {
 		t.Errorf("eligible = %v, want only n1", got)
@@ -231,7 +231,7 @@ func TestEligibleMACs(t *testing.T) {
 }
 
 func TestSnapshotVIPsSortedAndDistinct(t *testing.T) {
-	s := &Snapshot{Services: []SnapService{
+	s := &Snapshot{Services: []Service{
 		{VIPs: []netip.Addr{ip("10.123.0.210")}},
 		{VIPs: []netip.Addr{ip("10.123.0.201"), ip("10.123.0.210")}},
 	}}

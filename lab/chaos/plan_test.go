@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"fmt"
@@ -61,8 +61,8 @@ func TestPlanCoversEveryKindWithinBounds(t *testing.T) {
 			}
 			delete(live, f.Delete.Key())
 		}
-		if len(live) > maxChaosServices+1 { // a pair may take the count one past the bound
-			t.Fatalf("fault %d: %d Services live, bound %d", i, len(live), maxChaosServices)
+		if len(live) > maxServices+1 { // a pair may take the count one past the bound
+			t.Fatalf("fault %d: %d Services live, bound %d", i, len(live), maxServices)
 		}
 	}
 	for _, k := range FaultKinds() {

@@ -1,4 +1,4 @@
-package lab
+package bench
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/labcloud/labcloud/internal/nstest"
 	"github.com/labcloud/labcloud/lb/announce"
 )
 
@@ -23,7 +24,7 @@ import (
 // MAC, stamped after the move and within the announcer's first round; what
 // concerns another VIP, or names the old MAC, must not.
 func TestWireWatchSeesTheAnnouncer(t *testing.T) {
-	inNewNetns(t, func(ns netns.NsHandle) { wireWatchSeesTheAnnouncer(t, ns) })
+	nstest.InNew(t, func(ns netns.NsHandle) { wireWatchSeesTheAnnouncer(t, ns) })
 }
 
 // wireWatchSeesTheAnnouncer runs in the namespace ns, entered.

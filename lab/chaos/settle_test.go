@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package lab
+package conformance
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
@@ -49,13 +50,13 @@ In [It] at: loadbalancer.go:200</failure>
 </testsuites>`
 
 func TestParseE2EJUnit(t *testing.T) {
-	focus := regexp.MustCompile(DefaultE2EFocus)
-	skip := regexp.MustCompile(DefaultE2ESkip)
-	res, err := ParseE2EJUnit([]byte(junitFixture), focus, skip)
+	focus := regexp.MustCompile(DefaultFocus)
+	skip := regexp.MustCompile(DefaultSkip)
+	res, err := ParseJUnit([]byte(junitFixture), focus, skip)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []E2ETest{
+	want := []Test{
 		{Name: "[ReportAfterSuite] Kubernetes e2e suite report", Outcome: "failed", Reason: "panicked"},
 		{Name: "[sig-cloud-provider] [Feature:CloudProvider] [Disruptive] Nodes should be deleted on API server if it doesn't exist in the cloud provider", Outcome: "skipped", Reason: "left out by --skip"},
 		{Name: "[sig-network] LoadBalancers ExternalTrafficPolicy: Local [Feature:LoadBalancer] [Slow] should work for type=LoadBalancer", Outcome: "passed", Seconds: 95.5},
@@ -82,7 +83,7 @@ func TestParseE2EJUnit(t *testing.T) {
 
 	// Specs that ran count whatever the focus; one that did not run and
 	// that the focus does not match was not selected.
-	res, err = ParseE2EJUnit([]byte(junitFixture), regexp.MustCompile(`source ranges|type=LoadBalancer`), nil)
+	res, err = ParseJUnit([]byte(junitFixture), regexp.MustCompile(`source ranges|type=LoadBalancer`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestParseE2EJUnitRejects(t *testing.T) {
 		"truncated":  junitFixture[:len(junitFixture)/2],
 		"empty file": "",
 	} {
-		if _, err := ParseE2EJUnit([]byte(data), regexp.MustCompile("x"), nil); err == nil {
+		if _, err := ParseJUnit([]byte(data), regexp.MustCompile("x"), nil); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
@@ -108,7 +109,7 @@ func TestParseE2EJUnitRejects(t *testing.T) {
 var summaryLine = regexp.MustCompile(`^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$`)
 
 func TestE2EResultWriteEndsWithSummary(t *testing.T) {
-	res, err := ParseE2EJUnit([]byte(junitFixture), regexp.MustCompile(DefaultE2EFocus), regexp.MustCompile(DefaultE2ESkip))
+	res, err := ParseJUnit([]byte(junitFixture), regexp.MustCompile(DefaultFocus), regexp.MustCompile(DefaultSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +128,8 @@ func TestE2EResultWriteEndsWithSummary(t *testing.T) {
 }
 
 func TestE2EArgs(t *testing.T) {
-	st := &State{Kubeconfig: "/lab/admin.kubeconfig", Tools: "/tools", Nodes: []string{"a", "b", "c"}}
-	args := e2eArgs(st, E2EOptions{Focus: "F", Skip: "S", ReportDir: "/r"})
+	st := &lab.State{Kubeconfig: "/lab/admin.kubeconfig", Tools: "/tools", Nodes: []string{"a", "b", "c"}}
+	args := args(st, Options{Focus: "F", Skip: "S", ReportDir: "/r"})
 	for _, want := range []string{"--kubeconfig=/lab/admin.kubeconfig", "--num-nodes=3", "--report-dir=/r", "--ginkgo.focus=F", "--ginkgo.skip=S", "--ginkgo.timeout=3h0m0s", "--kubectl-path=/tools/kubectl"} {
 		if !strings.Contains(strings.Join(args, "\n")+"\n", want+"\n") {
 			t.Errorf("args lack %s: %q", want, args)
@@ -154,7 +155,7 @@ func TestE2EDefaultSelection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--ginkgo.dry-run", "--ginkgo.no-color", "--report-dir="+dir, "--kubeconfig=/nonexistent",
-		"--ginkgo.focus="+DefaultE2EFocus, "--ginkgo.skip="+DefaultE2ESkip)
+		"--ginkgo.focus="+DefaultFocus, "--ginkgo.skip="+DefaultSkip)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("e2e.test dry run: %v\n%s", err, out[max(0, len(out)-2000):])
@@ -163,7 +164,7 @@ func TestE2EDefaultSelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := ParseE2EJUnit(data, regexp.MustCompile(DefaultE2EFocus), regexp.MustCompile(DefaultE2ESkip))
+	res, err := ParseJUnit(data, regexp.MustCompile(DefaultFocus), regexp.MustCompile(DefaultSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestSetupE2EClient(t *testing.T) {
 	// The lab's bridge address, on a bridge without ports.
 	for _, s := range [][]string{
 		{"ip", "-n", labNs, "link", "add", "br0", "type", "bridge"},
-		{"ip", "-n", labNs, "addr", "add", Gateway + "/24", "dev", "br0"},
+		{"ip", "-n", labNs, "addr", "add", lab.Gateway + "/24", "dev", "br0"},
 		{"ip", "-n", labNs, "link", "set", "br0", "up"},
 	} {
 		if err := run(ctx, s[0], s[1:]...); err != nil {
@@ -213,9 +214,9 @@ func TestSetupE2EClient(t *testing.T) {
 		}
 	}
 	ping := func() error {
-		return run(ctx, "ip", "netns", "exec", clientNs, "busybox", "ping", "-c1", "-w10", Gateway)
+		return run(ctx, "ip", "netns", "exec", clientNs, "busybox", "ping", "-c1", "-w10", lab.Gateway)
 	}
-	cleanup, err := setupE2EClient(ctx, labNs, clientNs)
+	cleanup, err := setupClient(ctx, labNs, clientNs)
 	if err != nil {
 		_ = cleanup()
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestSetupE2EClient(t *testing.T) {
 		t.Errorf("no forward rule for the client: %s", rules())
 	}
 	// A second setup (after a crash) starts from scratch.
-	if cleanup, err = setupE2EClient(ctx, labNs, clientNs); err != nil {
+	if cleanup, err = setupClient(ctx, labNs, clientNs); err != nil {
 		t.Fatalf("second setup: %v", err)
 	}
 	if err := cleanup(); err != nil {

@@ -1,4 +1,4 @@
-package lab
+package chaos
 
 import (
 	"context"
@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/labcloud/labcloud/lab"
 )
 
-// ChaosOptions configure Chaos.
-type ChaosOptions struct {
+// Options configure Run.
+type Options struct {
 	Duration time.Duration
 	Seed     int64
 	// Verbose prints every broken invariant as it appears and clears,
@@ -24,48 +26,48 @@ type ChaosOptions struct {
 	Out       io.Writer
 }
 
-// ErrViolations is returned (wrapped) by Chaos when an invariant broke.
+// ErrViolations is returned (wrapped) by Run when an invariant broke.
 var ErrViolations = errors.New("invariants violated")
 
-// Chaos injects the faults of a seeded plan into the running lab for
+// Run injects the faults of a seeded plan into the running lab for
 // opts.Duration while checking its invariants continuously, then removes
 // the Services it made and returns what happened. It runs as root inside
 // the lab's namespace. The error wraps ErrViolations when an invariant
 // broke beyond its settle time.
-func Chaos(ctx context.Context, st *State, opts ChaosOptions) (ChaosSummary, error) {
+func Run(ctx context.Context, st *lab.State, opts Options) (Summary, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
 	if st.Light {
-		return ChaosSummary{}, errors.New("chaos needs a lab with guests and libvirtd, not a light one")
+		return Summary{}, errors.New("chaos needs a lab with guests and libvirtd, not a light one")
 	}
-	client, err := adminClient(st.Kubeconfig)
+	client, err := lab.AdminClient(st.Kubeconfig)
 	if err != nil {
-		return ChaosSummary{}, err
+		return Summary{}, err
 	}
 	if !opts.CheckOnly {
-		if err := ensureNamespace(ctx, client, ChaosNamespace); err != nil {
-			return ChaosSummary{}, err
+		if err := ensureNamespace(ctx, client, Namespace); err != nil {
+			return Summary{}, err
 		}
 	}
 	lan, err := lanClientUp()
 	if err != nil {
-		return ChaosSummary{}, fmt.Errorf("LAN client on %s: %w", Bridge, err)
+		return Summary{}, fmt.Errorf("LAN client on %s: %w", lab.Bridge, err)
 	}
 	defer lan.Close()
 	prober, err := newARPProber(lan.ns, chaosVethClient)
 	if err != nil {
-		return ChaosSummary{}, err
+		return Summary{}, err
 	}
 	defer prober.Close()
 
-	r := &chaosRun{
+	r := &session{
 		opts: opts, tr: NewTracker(), out: &linePrinter{w: opts.Out},
 		obs: newObserver(st, client, prober),
 	}
 	r.inj = &injector{st: st, client: client, obs: r.obs}
 	start := time.Now()
-	r.out.printf("chaos: seed %d, %s, nodes %v, LAN client %s on %s", opts.Seed, opts.Duration, st.Nodes, chaosClientIP, Bridge)
+	r.out.printf("chaos: seed %d, %s, nodes %v, LAN client %s on %s", opts.Seed, opts.Duration, st.Nodes, chaosClientIP, lab.Bridge)
 
 	checkCtx, stopChecks := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -80,7 +82,7 @@ func Chaos(ctx context.Context, st *State, opts ChaosOptions) (ChaosSummary, err
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := deleteChaosServices(cctx, client); err != nil {
+	if err := deleteServices(cctx, client); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	r.mu.Lock()
@@ -96,8 +98,8 @@ func Chaos(ctx context.Context, st *State, opts ChaosOptions) (ChaosSummary, err
 	return sum, nil
 }
 
-type chaosRun struct {
-	opts ChaosOptions
+type session struct {
+	opts Options
 	obs  *observer
 	inj  *injector
 	out  *linePrinter
@@ -110,7 +112,7 @@ type chaosRun struct {
 
 // checkLoop takes snapshots back to back (at most two a second), judges
 // each and prints the violations, until ctx ends.
-func (r *chaosRun) checkLoop(ctx context.Context) {
+func (r *session) checkLoop(ctx context.Context) {
 	var prev *Snapshot
 	var shown []Condition
 	for ctx.Err() == nil {
@@ -144,7 +146,7 @@ func (r *chaosRun) checkLoop(ctx context.Context) {
 }
 
 // showChanges prints conditions that appeared or cleared since shown.
-func (r *chaosRun) showChanges(shown, now []Condition) []Condition {
+func (r *session) showChanges(shown, now []Condition) []Condition {
 	ids := map[string]bool{}
 	for _, c := range now {
 		ids[c.ID()] = true
@@ -169,7 +171,7 @@ func (r *chaosRun) showChanges(shown, now []Condition) []Condition {
 // invariants to hold again (or the settle bound to pass) and the fault's
 // gap. A node fault waits until every node can answer for VIPs again, so
 // that VIPs always have somewhere to go.
-func (r *chaosRun) faultLoop(ctx context.Context, deadline time.Time, nodes []string) error {
+func (r *session) faultLoop(ctx context.Context, deadline time.Time, nodes []string) error {
 	if err := r.waitFirstCheck(ctx, 2*time.Minute); err != nil {
 		return err
 	}
@@ -187,7 +189,7 @@ func (r *chaosRun) faultLoop(ctx context.Context, deadline time.Time, nodes []st
 				continue
 			}
 		}
-		if err := r.run(ctx, f); err != nil {
+		if err := r.runFault(ctx, f); err != nil {
 			return err
 		}
 		r.waitSettled(ctx, f.Kind.policy().Settle+5*time.Second)
@@ -205,7 +207,7 @@ const finalWait = 90 * time.Second
 
 // run injects f, holds it and undoes it. The undo runs even when ctx has
 // ended, so that an interrupted run leaves the lab whole.
-func (r *chaosRun) run(ctx context.Context, f Fault) error {
+func (r *session) runFault(ctx context.Context, f Fault) error {
 	r.out.printf("inject %s", f)
 	from := time.Now()
 	undo, err := r.inj.inject(ctx, f)
@@ -232,17 +234,17 @@ func (r *chaosRun) run(ctx context.Context, f Fault) error {
 	return nil
 }
 
-func (r *chaosRun) waitFirstCheck(ctx context.Context, timeout time.Duration) error {
+func (r *session) waitFirstCheck(ctx context.Context, timeout time.Duration) error {
 	return r.waitFor(ctx, timeout, func() bool { return r.latest != nil })
 }
 
-func (r *chaosRun) waitSettled(ctx context.Context, timeout time.Duration) {
+func (r *session) waitSettled(ctx context.Context, timeout time.Duration) {
 	_ = r.waitFor(ctx, timeout, func() bool { return r.tr.Settled() })
 }
 
 // waitNodesEligible waits until a check made after the call finds all n
 // nodes eligible to answer for VIPs.
-func (r *chaosRun) waitNodesEligible(ctx context.Context, n int, timeout time.Duration) error {
+func (r *session) waitNodesEligible(ctx context.Context, n int, timeout time.Duration) error {
 	since := time.Now()
 	return r.waitFor(ctx, timeout, func() bool {
 		return r.latest != nil && r.latest.At.After(since) && len(eligibleMACs(r.latest)) == n
@@ -250,7 +252,7 @@ func (r *chaosRun) waitNodesEligible(ctx context.Context, n int, timeout time.Du
 }
 
 // waitFor polls cond (called with r.mu held) until it holds.
-func (r *chaosRun) waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+func (r *session) waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()

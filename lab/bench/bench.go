@@ -1,15 +1,13 @@
-package lab
+package bench
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/prometheus/procfs"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,13 +16,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lab/image"
 )
 
-// BenchResult is what `labcloud bench` measures on a running lab.
-type BenchResult struct {
-	UpSteps        []Step  `json:"upSteps"`
-	UpTotalSeconds float64 `json:"upTotalSeconds"`
+// Result is what `labcloud bench` measures on a running lab.
+type Result struct {
+	UpSteps        []lab.Step `json:"upSteps"`
+	UpTotalSeconds float64    `json:"upTotalSeconds"`
 	// ServiceToAnswer: Service created -> first HTTP answer from a pod
 	// through its VIP, one per run.
 	ServiceToAnswer    []float64 `json:"serviceToAnswerSeconds"`
@@ -101,26 +101,19 @@ type FailoverSummary struct {
 	EligibleAgain  Percentiles `json:"eligibleAgain"`
 }
 
-// Percentiles are nearest-rank percentiles of N samples, in seconds.
-type Percentiles struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-}
+const app = "labcloud-bench"
 
-const benchApp = "labcloud-bench"
-
-// Bench measures, on the running lab (inside its namespace), with a
+// Run measures, on the running lab (inside its namespace), with a
 // Deployment of one agnhost netexec per node behind LoadBalancer Services:
 // Service created -> answered (2 x runs), then runs failovers of each kind
 // (crash, stop) of the node answering a VIP, and reads the memory of every
 // daemon and guest. Each failover run starts with every node eligible.
-func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResult, error) {
-	client, err := adminClient(st.Kubeconfig)
+func Run(ctx context.Context, st *lab.State, runs int, out io.Writer) (*Result, error) {
+	client, err := lab.AdminClient(st.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	res := &BenchResult{UpSteps: st.Steps, RSSMiB: map[string]float64{}}
+	res := &Result{UpSteps: st.Steps, RSSMiB: map[string]float64{}}
 	for _, s := range st.Steps {
 		// Building tools and waiting for another user of libvirtd are not the lab's own time.
 		if !strings.HasPrefix(s.Name, "control-plane tools") && !strings.HasPrefix(s.Name, "build ") && !strings.HasPrefix(s.Name, "claim ") {
@@ -129,25 +122,25 @@ func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResul
 	}
 	// libvirt's event loop must exist before the connection that wants
 	// events is opened.
-	if err := startBenchEventLoop(); err != nil {
+	if err := startEventLoop(); err != nil {
 		return nil, err
 	}
-	if err := startBenchPods(ctx, client, len(st.Nodes)); err != nil {
+	if err := startPods(ctx, client, len(st.Nodes)); err != nil {
 		return nil, err
 	}
-	defer client.AppsV1().Deployments("default").Delete(context.Background(), benchApp, metav1.DeleteOptions{})
+	defer client.AppsV1().Deployments("default").Delete(context.Background(), app, metav1.DeleteOptions{})
 
 	for i := range 2 * runs {
-		d, err := serviceToAnswer(ctx, client, fmt.Sprintf("%s-%d", benchApp, i))
+		d, err := serviceToAnswer(ctx, client, fmt.Sprintf("%s-%d", app, i))
 		if err != nil {
 			return res, fmt.Errorf("service run %d: %w", i+1, err)
 		}
 		fmt.Fprintf(out, "service run %d: VIP answered by a pod %.3fs after the Service was created\n", i+1, d)
 		res.ServiceToAnswer = append(res.ServiceToAnswer, d)
 	}
-	res.ServiceToAnswerP50 = p50(res.ServiceToAnswer)
+	res.ServiceToAnswerP50 = PercentilesOf(res.ServiceToAnswer).P50
 
-	svc, err := client.CoreV1().Services("default").Create(ctx, benchService(benchApp), metav1.CreateOptions{})
+	svc, err := client.CoreV1().Services("default").Create(ctx, service(app), metav1.CreateOptions{})
 	if err != nil {
 		return res, fmt.Errorf("create bench Service: %w", err)
 	}
@@ -176,14 +169,14 @@ func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResul
 	res.FailoverP50 = res.FailoverSummary[FailoverCrash].Client.P50
 
 	for name, pid := range st.Pids {
-		if rss, err := rssMiB(pid); err == nil {
+		if rss, err := host.RSSMiB(pid); err == nil {
 			res.RSSMiB[name] = rss
 			res.LabRSSMiB += rss
 		}
 	}
 	for _, n := range st.Nodes {
-		if pid, err := qemuPid(n); err == nil {
-			if rss, err := rssMiB(pid); err == nil {
+		if pid, err := host.QEMUPid(n); err == nil {
+			if rss, err := host.RSSMiB(pid); err == nil {
 				res.RSSMiB["qemu "+n] = rss
 				res.LabRSSMiB += rss
 				res.GuestRSSMiB = max(res.GuestRSSMiB, rss)
@@ -193,21 +186,12 @@ func Bench(ctx context.Context, st *State, runs int, out io.Writer) (*BenchResul
 	return res, nil
 }
 
-func p50(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-// startBenchPods runs agnhost netexec on every node (one pod each, spread
+// startPods runs agnhost netexec on every node (one pod each, spread
 // by anti-affinity) and waits until all are ready.
-func startBenchPods(ctx context.Context, client kubernetes.Interface, nodes int) error {
-	labels := map[string]string{"app": benchApp}
+func startPods(ctx context.Context, client kubernetes.Interface, nodes int) error {
+	labels := map[string]string{"app": app}
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: benchApp, Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "default"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(nodes)),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -232,12 +216,12 @@ func startBenchPods(ctx context.Context, client kubernetes.Interface, nodes int)
 	if _, err := client.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create bench Deployment: %w", err)
 	}
-	return waitBenchPods(ctx, client, nodes)
+	return waitPods(ctx, client, nodes)
 }
 
-func waitBenchPods(ctx context.Context, client kubernetes.Interface, nodes int) error {
+func waitPods(ctx context.Context, client kubernetes.Interface, nodes int) error {
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
-		d, err := client.AppsV1().Deployments("default").Get(ctx, benchApp, metav1.GetOptions{})
+		d, err := client.AppsV1().Deployments("default").Get(ctx, app, metav1.GetOptions{})
 		return err == nil && d.Status.ReadyReplicas == int32(nodes) && d.Status.UpdatedReplicas == int32(nodes), nil
 	})
 	if err != nil && ctx.Err() == nil {
@@ -246,10 +230,10 @@ func waitBenchPods(ctx context.Context, client kubernetes.Interface, nodes int) 
 	return err
 }
 
-func benchService(name string) *v1.Service {
+func service(name string) *v1.Service {
 	return &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": benchApp},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": app},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}},
 	}
 }
@@ -258,7 +242,7 @@ func benchService(name string) *v1.Service {
 // from a pod, then deletes the Service and waits until it is gone.
 func serviceToAnswer(ctx context.Context, client kubernetes.Interface, name string) (float64, error) {
 	start := time.Now()
-	if _, err := client.CoreV1().Services("default").Create(ctx, benchService(name), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Services("default").Create(ctx, service(name), metav1.CreateOptions{}); err != nil {
 		return 0, err
 	}
 	defer func() {
@@ -277,7 +261,7 @@ func serviceToAnswer(ctx context.Context, client kubernetes.Interface, name stri
 			}
 			continue
 		}
-		if strings.HasPrefix(answer(vip), benchApp) {
+		if strings.HasPrefix(answer(vip), app) {
 			return time.Since(start).Seconds(), nil
 		}
 	}
@@ -313,25 +297,4 @@ func answer(vip string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	return strings.TrimSpace(string(b))
-}
-
-func tainted(n *v1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
-}
-
-func rssMiB(pid int) (float64, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := p.NewStatus()
-	if err != nil {
-		return 0, err
-	}
-	return float64(st.VmRSS) / (1 << 20), nil
 }

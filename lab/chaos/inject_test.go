@@ -1,58 +1,33 @@
-package lab
+package chaos
 
 import (
 	"context"
 	"net"
-	"os"
 	"os/exec"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/labcloud/labcloud/internal/nstest"
+	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/host"
 )
 
 // inTestNetns runs f on a locked thread inside a new network namespace
 // that holds a bridge named as the lab's, and restores the namespace.
 func inTestNetns(t *testing.T, f func()) {
 	t.Helper()
-	inNewNetns(t, func(netns.NsHandle) {
+	nstest.InNew(t, func(netns.NsHandle) {
 		addBridge(t)
 		f()
 	})
 }
 
-// inNewNetns runs f on a locked thread inside a new, empty network
-// namespace (ns), and restores the thread's namespace afterwards.
-func inNewNetns(t *testing.T, f func(ns netns.NsHandle)) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, bridges, veth")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // the locked thread must not run anything else
-		}
-	}()
-	f(ns)
-}
-
 func addBridge(t *testing.T) {
 	t.Helper()
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: Bridge}}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: lab.Bridge}}
 	if err := netlink.LinkAdd(br); err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +60,11 @@ func TestReplugAfterTheBridgeIsRecreated(t *testing.T) {
 		if err := netlink.LinkAdd(veth); err != nil {
 			t.Fatal(err)
 		}
-		br, _ := netlink.LinkByName(Bridge)
+		br, _ := netlink.LinkByName(lab.Bridge)
 		if err := netlink.LinkSetMaster(veth, br); err != nil {
 			t.Fatal(err)
 		}
-		ports, err := bridgePorts()
+		ports, err := host.Ports(lab.Bridge)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,11 +78,11 @@ func TestReplugAfterTheBridgeIsRecreated(t *testing.T) {
 			t.Fatalf("lct0 still on %s after the bridge went", m)
 		}
 		addBridge(t)
-		if err := replug(append(ports, "gone0")); err != nil {
+		if err := host.Replug(lab.Bridge, append(ports, "gone0")); err != nil {
 			t.Fatal(err)
 		}
-		if m := master(t, "lct0"); m != Bridge {
-			t.Errorf("lct0 on %q after replug, want %s", m, Bridge)
+		if m := master(t, "lct0"); m != lab.Bridge {
+			t.Errorf("lct0 on %q after replug, want %s", m, lab.Bridge)
 		}
 	})
 }
@@ -119,13 +94,13 @@ func TestBridgeFlap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l, _ := netlink.LinkByName(Bridge); l.Attrs().Flags&net.FlagUp != 0 {
+		if l, _ := netlink.LinkByName(lab.Bridge); l.Attrs().Flags&net.FlagUp != 0 {
 			t.Error("bridge still up after the flap's injection")
 		}
 		if err := undo(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if l, _ := netlink.LinkByName(Bridge); l.Attrs().Flags&net.FlagUp == 0 {
+		if l, _ := netlink.LinkByName(lab.Bridge); l.Attrs().Flags&net.FlagUp == 0 {
 			t.Error("bridge down after the flap's recovery")
 		}
 	})
@@ -144,12 +119,12 @@ func TestProcessWithCommand(t *testing.T) {
 	// image's cmdline a moment later, so give it a second.
 	got := 0
 	for deadline := time.Now().Add(time.Second); got != cmd.Process.Pid && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		got = processWithCommand([]string{"sleep", "3600.5"})
+		got = host.ProcessWithCommand([]string{"sleep", "3600.5"})
 	}
 	if got != cmd.Process.Pid {
 		t.Errorf("processWithCommand = %d, want %d", got, cmd.Process.Pid)
 	}
-	if got := processWithCommand([]string{"sleep", "3600.6"}); got != 0 {
+	if got := host.ProcessWithCommand([]string{"sleep", "3600.6"}); got != 0 {
 		t.Errorf("processWithCommand of a command nobody runs = %d, want 0", got)
 	}
 }

@@ -1,0 +1,164 @@
+package host
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+)
+
+// Processes lists the processes whose arguments match.
+func Processes(match func(args []string) bool) []int {
+	var pids []int
+	procs, _ := procfs.AllProcs()
+	for _, p := range procs {
+		if args, err := p.CmdLine(); err == nil && match(args) {
+			pids = append(pids, p.PID)
+		}
+	}
+	return pids
+}
+
+// ProcessWithCommand finds a process whose command line is cmd; 0 if none.
+func ProcessWithCommand(cmd []string) int {
+	if len(cmd) == 0 {
+		return 0
+	}
+	if pids := Processes(func(args []string) bool { return slices.Equal(args, cmd) }); len(pids) > 0 {
+		return pids[0]
+	}
+	return 0
+}
+
+// IsProcess checks that pid still runs the program we started (pids are
+// reused).
+func IsProcess(pid int, name string) bool {
+	args := Cmdline(pid)
+	return len(args) > 0 && strings.Contains(args[0], name)
+}
+
+// Cmdline is process pid's arguments; none if it has ended (or is a
+// zombie).
+func Cmdline(pid int) []string {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return nil
+	}
+	args, _ := p.CmdLine()
+	return args
+}
+
+// ArgContains says whether one of args contains s.
+func ArgContains(args []string, s string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s) })
+}
+
+// Stop sends SIGTERM, then SIGKILL after 10 s.
+func Stop(pid int) {
+	if syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return
+	}
+	for i := 0; i < 100; i++ {
+		if syscall.Kill(pid, 0) != nil || zombie(pid) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// KillAndWait sends sig to pid and waits until it has ended (SIGKILL
+// after timeout).
+func KillAndWait(pid int, sig syscall.Signal, timeout time.Duration) error {
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("signal %d to pid %d: %w", sig, pid, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			deadline = time.Now().Add(timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+func zombie(pid int) bool {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return true
+	}
+	stat, err := p.Stat()
+	return err != nil || stat.State == "Z"
+}
+
+// Started is when process pid started, by the host's clock.
+func Started(pid int) (time.Time, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return time.Time{}, err
+	}
+	stat, err := p.Stat()
+	if err != nil {
+		return time.Time{}, err
+	}
+	secs, err := stat.StartTime()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, int64(secs*float64(time.Second))), nil
+}
+
+// RSSMiB is process pid's resident set in MiB.
+func RSSMiB(pid int) (float64, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
+	}
+	return float64(st.VmRSS) / (1 << 20), nil
+}
+
+// GuestQEMUs lists the QEMU processes of guests whose names start with
+// prefix.
+func GuestQEMUs(prefix string) []int {
+	return Processes(func(args []string) bool {
+		return ArgContains(args, "qemu-system") && ArgContains(args, "guest="+prefix)
+	})
+}
+
+// QEMUPid finds the QEMU process of guest from libvirt's pid file, checked
+// against its command line.
+func QEMUPid(guest string) (int, error) {
+	data, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", guest+".pid"))
+	if err != nil {
+		return 0, fmt.Errorf("QEMU pid of %s: %w", guest, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0, fmt.Errorf("QEMU pid file of %s: %w", guest, err)
+	}
+	if !ArgContains(Cmdline(pid), "guest="+guest) {
+		return 0, fmt.Errorf("pid %d is not the QEMU of %s", pid, guest)
+	}
+	return pid, nil
+}
+
+// QEMUStarted is when the QEMU process of a running guest started.
+func QEMUStarted(guest string) (time.Time, error) {
+	pid, err := QEMUPid(guest)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return Started(pid)
+}
