@@ -243,7 +243,7 @@ func TestNeighbourEntries(t *testing.T) {
 	if !ok {
 		t.Fatal("no neighbour entry")
 	}
-	want := netlink.Neigh{LinkIndex: f.a.index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT}
+	want := netlink.Neigh{LinkIndex: f.a.bridge.Load().index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT}
 	if n.LinkIndex != want.LinkIndex || n.Family != want.Family || n.State != want.State ||
 		!bytes.Equal(n.HardwareAddr, node1MAC) || !n.IP.Equal(net.IP(vip.AsSlice())) {
 		t.Fatalf("neighbour = %+v; want %s lladdr %s dev #%d nud permanent", n, vip, node1MAC, want.LinkIndex)

@@ -202,20 +202,6 @@ func (s *station) quiet(d time.Duration) {
 	}
 }
 
-func arpPacket(op arp.Operation, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) *arp.Packet {
-	return &arp.Packet{
-		HardwareType:       1,
-		ProtocolType:       uint16(ethernet.EtherTypeIPv4),
-		HardwareAddrLength: 6,
-		IPLength:           4,
-		Operation:          op,
-		SenderHardwareAddr: sha,
-		SenderIP:           spa,
-		TargetHardwareAddr: tha,
-		TargetIP:           tpa,
-	}
-}
-
 // fakeNeighbours is an in-memory neighbour table.
 type fakeNeighbours struct {
 	mu    sync.Mutex

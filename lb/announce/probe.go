@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/mdlayher/arp"
@@ -15,6 +16,51 @@ import (
 // prober is one Probe waiting for news of its address.
 type prober struct {
 	owner chan net.HardwareAddr // capacity 1; the first claim wins
+}
+
+// probers are the Probes waiting, by address.
+type probers struct {
+	mu    sync.Mutex
+	byVIP map[netip.Addr]map[*prober]struct{}
+}
+
+// add registers a Probe of vip until done is called.
+func (ps *probers) add(vip netip.Addr) (w *prober, done func()) {
+	w = &prober{owner: make(chan net.HardwareAddr, 1)}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	set := ps.byVIP[vip]
+	if set == nil {
+		set = make(map[*prober]struct{})
+		ps.byVIP[vip] = set
+	}
+	set[w] = struct{}{}
+	return w, func() {
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		delete(set, w)
+		if len(set) == 0 {
+			delete(ps.byVIP, vip)
+		}
+	}
+}
+
+func (ps *probers) waiting(vip netip.Addr) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return len(ps.byVIP[vip]) > 0
+}
+
+// tell gives owner to every Probe of vip that has not heard yet.
+func (ps *probers) tell(vip netip.Addr, owner net.HardwareAddr) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for w := range ps.byVIP[vip] {
+		select {
+		case w.owner <- owner:
+		default:
+		}
+	}
 }
 
 // Probe asks the bridge whether anyone else uses vip, before it is claimed: it
@@ -46,23 +92,8 @@ func (a *Announcer) Probe(ctx context.Context, vip netip.Addr) (owner net.Hardwa
 		}
 	}
 
-	w := &prober{owner: make(chan net.HardwareAddr, 1)}
-	a.probeMu.Lock()
-	set := a.probes[vip]
-	if set == nil {
-		set = make(map[*prober]struct{})
-		a.probes[vip] = set
-	}
-	set[w] = struct{}{}
-	a.probeMu.Unlock()
-	defer func() {
-		a.probeMu.Lock()
-		delete(set, w)
-		if len(set) == 0 {
-			delete(a.probes, vip)
-		}
-		a.probeMu.Unlock()
-	}()
+	w, done := a.probes.add(vip)
+	defer done()
 
 	// Two probes, the second halfway through, in case the first is lost.
 	if err := a.sendProbe(vip); err != nil {
@@ -95,23 +126,13 @@ func (a *Announcer) Probe(ctx context.Context, vip netip.Addr) (owner net.Hardwa
 }
 
 func (a *Announcer) sendProbe(vip netip.Addr) error {
-	_, mac, conn := a.link()
-	p := &arp.Packet{
-		HardwareType:       1,
-		ProtocolType:       uint16(ethernet.EtherTypeIPv4),
-		HardwareAddrLength: 6,
-		IPLength:           4,
-		Operation:          arp.OperationRequest,
-		SenderHardwareAddr: mac,
-		SenderIP:           netip.IPv4Unspecified(),
-		TargetHardwareAddr: zeroMAC,
-		TargetIP:           vip,
-	}
-	if err := conn.WriteTo(p, ethernet.Broadcast); err != nil {
-		a.writeErrors.Add(1)
+	b := a.bridge.Load()
+	p := arpPacket(arp.OperationRequest, b.mac, netip.IPv4Unspecified(), zeroMAC, vip)
+	if err := b.conn.WriteTo(p, ethernet.Broadcast); err != nil {
+		a.stats.writeErrors.Add(1)
 		return err
 	}
-	a.probesSent.Add(1)
+	a.stats.probes.Add(1)
 	return nil
 }
 
@@ -126,25 +147,14 @@ func (a *Announcer) notifyProbes(p *arp.Packet) {
 		}
 		claimed = p.TargetIP // a simultaneous probe from another host
 	}
-	a.probeMu.Lock()
-	waiting := len(a.probes[claimed])
-	a.probeMu.Unlock()
-	if waiting == 0 {
+	if !a.probes.waiting(claimed) {
 		return
 	}
-	if _, mac, _ := a.link(); bytes.Equal(p.SenderHardwareAddr, mac) {
+	if bytes.Equal(p.SenderHardwareAddr, a.bridge.Load().mac) {
 		return // the bridge itself
 	}
-	if mac, ok := a.Owned(claimed); ok && bytes.Equal(mac, p.SenderHardwareAddr) {
+	if c, ok := a.table()[claimed]; ok && bytes.Equal(c.mac, p.SenderHardwareAddr) {
 		return // our own choice answering
 	}
-	owner := bytes.Clone(p.SenderHardwareAddr)
-	a.probeMu.Lock()
-	defer a.probeMu.Unlock()
-	for w := range a.probes[claimed] {
-		select {
-		case w.owner <- owner:
-		default:
-		}
-	}
+	a.probes.tell(claimed, bytes.Clone(p.SenderHardwareAddr))
 }

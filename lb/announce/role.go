@@ -2,14 +2,10 @@ package announce
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
@@ -24,7 +20,7 @@ import (
 //   - "leader": held by the replica that leads (Lead), for its lifetime;
 //   - "host": held by whoever answers on the bridge.
 //
-// The kernel frees a name the instant its holder's sockets close (a
+// The kernel frees a name the instant the sockets holding it close (a
 // SIGKILLed process's too), and whoever is connected to a name sees that
 // at once: a replica waiting for a name watches it over a connection
 // instead of polling, so a dead leader is replaced within a millisecond,
@@ -50,10 +46,10 @@ type Role struct {
 	poll   time.Duration
 	wake   chan struct{} // wakes the stand-in loop
 
-	mu      sync.Mutex
-	hostH   *holder // nil unless this process holds "host"
-	leadH   *holder // nil unless this process leads
-	leading bool
+	mu         sync.Mutex
+	hostLock   *nameLock // nil unless this process holds "host"
+	leaderLock *nameLock // nil unless this process leads
+	leading    bool
 	// watches are the stand-in's open watches of names others hold.
 	watches map[string]<-chan struct{}
 }
@@ -119,17 +115,17 @@ func (r *Role) standTick(ctx context.Context) (<-chan struct{}, bool) {
 		return nil, false
 	}
 	if gone, led := r.watch(ctx, r.leader); led {
-		if r.hostH != nil {
+		if r.hostLock != nil {
 			r.dropHost()
 			log.Info("A leader answers on the bridge again; standing down")
 		}
 		return gone, true
 	}
-	if r.hostH != nil {
+	if r.hostLock != nil {
 		r.adoptRecord(ctx)
 		return nil, true
 	}
-	h, err := claim(r.host, r.poke)
+	hostLock, err := claim(r.host, r.poke)
 	if err != nil {
 		// Another stand-in answers: take over the moment it goes.
 		gone, held := r.watch(ctx, r.host)
@@ -138,7 +134,7 @@ func (r *Role) standTick(ctx context.Context) (<-chan struct{}, bool) {
 		}
 		return gone, true
 	}
-	r.hostH = h
+	r.hostLock = hostLock
 	r.adoptRecord(ctx)
 	r.a.SetActive(true)
 	log.Info("No leader answers on the bridge; answering from the host's neighbour entries", "vips", len(r.a.Answering()))
@@ -146,7 +142,7 @@ func (r *Role) standTick(ctx context.Context) (<-chan struct{}, bool) {
 }
 
 // watch is the package's watch, keeping one connection per name while
-// its holder lives. Callers hold mu.
+// whoever holds it lives. Callers hold mu.
 func (r *Role) watch(ctx context.Context, name string) (<-chan struct{}, bool) {
 	if g, ok := r.watches[name]; ok {
 		select {
@@ -179,13 +175,13 @@ func (r *Role) adoptRecord(ctx context.Context) {
 
 // dropHost stops answering, then frees "host". Callers hold mu.
 func (r *Role) dropHost() {
-	if r.hostH == nil {
+	if r.hostLock == nil {
 		return
 	}
 	r.a.SetActive(false)
 	r.a.Adopt(nil)
-	r.hostH.release()
-	r.hostH = nil
+	r.hostLock.release()
+	r.hostLock = nil
 }
 
 // Lead blocks until this process is the host's announcer: it claims
@@ -197,22 +193,22 @@ func (r *Role) dropHost() {
 // (or the process dies).
 func (r *Role) Lead(ctx context.Context) error {
 	log := klog.FromContext(ctx)
-	lh, err := await(ctx, r.leader, nil)
+	leaderLock, err := await(ctx, r.leader, nil)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	r.leadH, r.leading = lh, true
-	holding := r.hostH != nil
+	r.leaderLock, r.leading = leaderLock, true
+	holding := r.hostLock != nil
 	r.mu.Unlock()
 	if !holding {
-		hh, err := await(ctx, r.host, nil)
+		hostLock, err := await(ctx, r.host, nil)
 		if err != nil {
 			r.release()
 			return err
 		}
 		r.mu.Lock()
-		r.hostH = hh
+		r.hostLock = hostLock
 		r.adoptRecord(ctx)
 		r.mu.Unlock()
 	}
@@ -229,135 +225,13 @@ func (r *Role) release() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.a.SetActive(false)
-	if r.hostH != nil {
-		r.hostH.release()
-		r.hostH = nil
+	if r.hostLock != nil {
+		r.hostLock.release()
+		r.hostLock = nil
 	}
-	if r.leadH != nil {
-		r.leadH.release()
-		r.leadH = nil
+	if r.leaderLock != nil {
+		r.leaderLock.release()
+		r.leaderLock = nil
 	}
 	r.leading = false
-}
-
-// holder holds an abstract name with a listening socket. It keeps every
-// connection made to it open until the peer closes it or the name is
-// released, so that a connected peer learns of the release (or of this
-// process's death) at once, by end of file.
-type holder struct {
-	l *net.UnixListener
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-}
-
-// claim takes name; an error wrapping unix.EADDRINUSE if someone holds it.
-// onConn, if not nil, is called for each connection made to it.
-func claim(name string, onConn func()) (*holder, error) {
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
-	if err != nil {
-		return nil, err
-	}
-	h := &holder{l: l, conns: map[net.Conn]struct{}{}}
-	go h.serve(onConn)
-	return h, nil
-}
-
-func (h *holder) serve(onConn func()) {
-	for {
-		c, err := h.l.Accept()
-		if err != nil {
-			return // released
-		}
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			c.Close()
-			return
-		}
-		h.conns[c] = struct{}{}
-		h.mu.Unlock()
-		if onConn != nil {
-			onConn()
-		}
-		go func() {
-			var b [1]byte
-			for {
-				if _, err := c.Read(b[:]); err != nil {
-					break
-				}
-			}
-			h.mu.Lock()
-			delete(h.conns, c)
-			h.mu.Unlock()
-			c.Close()
-		}()
-	}
-}
-
-// release frees the name and ends every connection to it.
-func (h *holder) release() {
-	h.mu.Lock()
-	h.closed = true
-	conns := h.conns
-	h.conns = nil
-	h.mu.Unlock()
-	h.l.Close()
-	for c := range conns {
-		c.Close()
-	}
-}
-
-// watch reports whether someone holds name and, if so, returns a channel
-// closed the moment they let go of it (or ctx ends). The channel is nil
-// (never ready) if the holder cannot be watched, e.g. a name held by an
-// older version's plain socket: callers poll then.
-func watch(ctx context.Context, name string) (<-chan struct{}, bool) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: name, Net: "unixpacket"})
-	if err != nil {
-		return nil, !errors.Is(err, unix.ECONNREFUSED) && !errors.Is(err, unix.ENOENT)
-	}
-	gone := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	go func() {
-		defer close(gone)
-		defer stop()
-		defer c.Close()
-		var b [1]byte
-		for {
-			if _, err := c.Read(b[:]); err != nil {
-				return
-			}
-		}
-	}()
-	return gone, true
-}
-
-// await claims name, waiting for its holder to let go until ctx ends.
-func await(ctx context.Context, name string, onConn func()) (*holder, error) {
-	for {
-		h, err := claim(name, onConn)
-		if err == nil {
-			return h, nil
-		}
-		if !errors.Is(err, unix.EADDRINUSE) {
-			return nil, fmt.Errorf("claiming %s: %w", name, err)
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		gone, held := watch(wctx, name)
-		var retry <-chan time.Time
-		if !held || gone == nil {
-			// Between its holder's bind and listen, or not watchable.
-			retry = time.After(5 * time.Millisecond)
-		}
-		select {
-		case <-ctx.Done():
-			cancel()
-			return nil, fmt.Errorf("waiting for %s: %w", name, ctx.Err())
-		case <-gone:
-		case <-retry:
-		}
-		cancel()
-	}
 }

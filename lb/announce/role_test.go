@@ -121,7 +121,7 @@ func TestRoleLeaderWaitsForStandIn(t *testing.T) {
 	rs.poll = 10 * time.Millisecond
 	rs.Stand(ctx)
 	a.run()
-	if _, ok := waitFor(time.Second, func() bool { return a.a.active.Load() }); !ok {
+	if _, ok := waitFor(time.Second, func() bool { return a.a.handover.active() }); !ok {
 		t.Fatal("no stand-in with no leader")
 	}
 	if got := a.answer(wait); got != node2MAC.String() {
@@ -133,7 +133,7 @@ func TestRoleLeaderWaitsForStandIn(t *testing.T) {
 	if err := rl.Lead(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if a.a.active.Load() {
+	if a.a.handover.active() {
 		t.Fatal("the stand-in still answers once the leader holds the bridge")
 	}
 	if len(a.a.Answering()) != 0 {
@@ -209,7 +209,7 @@ func TestRoleKilledLeader(t *testing.T) {
 	if p.SenderIP != vip || !bytes.Equal(p.SenderHardwareAddr, node1MAC) {
 		t.Fatalf("answered %s is-at %s, want %s is-at %s", p.SenderIP, p.SenderHardwareAddr, vip, node1MAC)
 	}
-	took, ok := waitFor(time.Second, func() bool { return f.a.active.Load() })
+	took, ok := waitFor(time.Second, func() bool { return f.a.handover.active() })
 	if !ok {
 		t.Fatal("the stand-in is not answering a second after the leader was killed")
 	}

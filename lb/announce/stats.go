@@ -1,0 +1,32 @@
+package announce
+
+import "sync/atomic"
+
+// Stats counts what an Announcer has written to the bridge.
+type Stats struct {
+	// Gratuitous is the number of gratuitous ARP frames written; a round is
+	// two frames (request form and reply form).
+	Gratuitous uint64
+	// Replies is the number of answers to ARP requests for owned VIPs.
+	Replies uint64
+	// Probes is the number of ARP probes written by Probe.
+	Probes uint64
+	// WriteErrors is the number of frames that could not be written.
+	WriteErrors uint64
+}
+
+// counters are the Stats as they grow, bumped by whichever goroutine
+// wrote the frame.
+type counters struct {
+	gratuitous, replies, probes, writeErrors atomic.Uint64
+}
+
+// Stats returns the counters so far.
+func (a *Announcer) Stats() Stats {
+	return Stats{
+		Gratuitous:  a.stats.gratuitous.Load(),
+		Replies:     a.stats.replies.Load(),
+		Probes:      a.stats.probes.Load(),
+		WriteErrors: a.stats.writeErrors.Load(),
+	}
+}
