@@ -20,8 +20,7 @@ type subscribers struct {
 }
 
 // subscriberBuffer is each channel's depth: events of a resync of 1000
-// changed domains fit. An Event is ~200 bytes, and 8192 of them were 1.6 MB
-// of the idle CCM's heap.
+// changed domains fit, and a deeper one costs the idle CCM heap.
 const subscriberBuffer = 1024
 
 func (s *subscribers) subscribe() (<-chan Event, func()) {

@@ -51,8 +51,8 @@ func (m *Manager) ReconcilePaths(desired []Paths) (int, error) {
 // differs from the routes the Manager last put in place, as those stand
 // after its last ReconcilePaths or UpdatePaths that had no error (without
 // one, it reconciles). It cannot see routes someone else changed since;
-// callers that write often use it between ReconcilePaths, for which a dump
-// of 1000 multipath routes allocates 1.5 MB.
+// callers that write often use it between ReconcilePaths, whose dump
+// allocates in proportion to every route and next hop.
 func (m *Manager) UpdatePaths(desired []Paths) (int, error) {
 	want, err := wantPaths(desired)
 	if err != nil {
@@ -91,9 +91,8 @@ func (m *Manager) UpdatePaths(desired []Paths) (int, error) {
 }
 
 // wantPaths checks desired and keys it by destination, gateways sorted
-// and without repeats. Gateways already so are used as they are (a
-// placement pass's 1000 routes of 16 next hops are 0.4 MB); others are
-// sorted in a copy, leaving the caller's alone.
+// and without repeats. Gateways already so are used as they are, without
+// a copy; others are sorted in a copy, leaving the caller's alone.
 func wantPaths(desired []Paths) (map[netip.Prefix]Paths, error) {
 	want := make(map[netip.Prefix]Paths, len(desired))
 	var errs []error
@@ -134,8 +133,7 @@ func (m *Manager) reconcilePaths(want map[netip.Prefix]Paths) (int, error) {
 		return 0, err
 	}
 	// Each route is reduced to its paths and delete key as the dump
-	// streams in: with 1000 VIPs of 16 next hops the whole dump would be
-	// ~3 MiB of pointers held at once.
+	// streams in, rather than holding the whole dump at once.
 	owned, err := dumpOwned(m, func(k netlink.Route) ownedPaths {
 		p, ok := m.pathsFromKernel(k, link)
 		return ownedPaths{paths: p, shaped: ok, key: keyOf(k)}

@@ -35,15 +35,10 @@ import (
 )
 
 func main() {
-	// A heap that grows to 1.15x what is live instead of 2x: with 1000
-	// Nodes and 1000 Services the CCM's peak RSS is 97-99 MiB instead of
-	// 102 at 1.25x and 113-114 at 1.5x (BenchmarkCCMMemory); the CPU that
-	// burst takes stays within run-to-run noise, and steady state takes
-	// 0.55 % of a core instead of 0.48 at 1.25x (BenchmarkSteadyState, 2
-	// minutes). 1.1x saved nothing more (97 MiB) for more CPU. It scales
-	// with the cluster, unlike a fixed GOMEMLIMIT (which saves as much at
-	// 1000 + 1000 but makes the GC run without pause once what is live
-	// outgrows it). GOGC in the environment wins.
+	// A heap that grows to 1.15x what is live instead of 2x lowers the
+	// peak for CPU within noise, and scales with the cluster, unlike a
+	// fixed GOMEMLIMIT (docs/performance.md, Memory). GOGC in the
+	// environment wins.
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(15)
 	}
@@ -127,10 +122,9 @@ func setDefaults(o *options.CloudControllerManagerOptions) {
 	o.Generic.ClientConnection.QPS = 500
 	o.Generic.ClientConnection.Burst = 1000
 	o.NodeController.ConcurrentNodeSyncs = 10
-	// A new VIP's sync waits ~150 ms for the bridge's answer to its
-	// conflict probe, and little else: with 10 workers 1000 Services took
-	// 20-21 s (at least 100 rounds of probes), with 50 they take 15-18 s,
-	// bounded by the API server, not by the probes.
+	// A new VIP's sync waits mostly for the bridge's answer to its
+	// conflict probe, so more workers overlap the probes until the API
+	// server is the bound (docs/performance.md, Services and placement).
 	o.ServiceController.ConcurrentServiceSyncs = 50
 	// A route reconcile costs one netlink dump and a walk over the Node
 	// cache, so a new Node's route need not wait up to upstream's 10 s.
@@ -139,8 +133,8 @@ func setDefaults(o *options.CloudControllerManagerOptions) {
 	// The cloud-node controller updates a new Node from its informer's copy;
 	// kube-controller-manager writes the same Node at the same moment (pod
 	// CIDR, not-ready taint), so the first update usually conflicts. The
-	// upstream retry waits 50-100 ms before trying again, which is most of
-	// a Node's initialization time; the informer catches up within a few ms.
+	// upstream retry's wait is most of a Node's initialization time; the
+	// informer catches up much sooner.
 	nodecontroller.UpdateNodeSpecBackoff = wait.Backoff{Steps: 100, Duration: 2 * time.Millisecond, Jitter: 1.0}
 }
 

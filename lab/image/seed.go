@@ -15,9 +15,8 @@ import (
 
 // SeedDir is where the root disk keeps a containerd root with the images
 // already imported and unpacked; a node copies it into its tmpfs
-// /var/lib/containerd at boot. Importing at boot instead took a TCG guest
-// 60-110 s (hashing and unpacking 80 MiB in emulation); the copy takes a
-// second or two.
+// /var/lib/containerd at boot: far faster under TCG than importing the
+// images there (hashing and unpacking them in emulation).
 const SeedDir = "/var/lib/containerd-seed"
 
 // seedContainerd runs the built containerd on the host with root dir, imports
