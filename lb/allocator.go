@@ -160,13 +160,6 @@ func scope(key, sharingKey string) string {
 	return ns + "/" + sharingKey
 }
 
-func famIndex(f Family) int {
-	if f == IPv6 {
-		return 1
-	}
-	return 0
-}
-
 // Assign records that key holds ip, as read from the Service status at
 // start-up; call it for every existing Service before any Allocate so that
 // no address moves or is handed out twice. An address from a status was
@@ -184,7 +177,7 @@ func (a *Allocator) Assign(key string, ip netip.Addr, req Request) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if old := a.byKey[key][famIndex(FamilyOf(ip))]; old.IsValid() && old != ip {
+	if old := a.byKey[key][FamilyOf(ip).index()]; old.IsValid() && old != ip {
 		return fmt.Errorf("assign %s to %s, which holds %s: %w", ip, key, old, ErrAlreadyAssigned)
 	}
 	if err := a.canHold(key, ip, req); err != nil {
@@ -240,33 +233,10 @@ func (a *Allocator) Allocate(key string, req Request) ([]netip.Addr, error) {
 	return ips, nil
 }
 
-// families checks a Request built by hand as ParseRequest would and
-// returns the families to allocate.
-func (r Request) families() ([]Family, error) {
-	fams := r.Families
-	if len(fams) == 0 {
-		fams = defaultFamilies(r.IPs)
-	}
-	for i, f := range fams {
-		if f != IPv4 && f != IPv6 || slices.Contains(fams[:i], f) {
-			return nil, fmt.Errorf("families %v: %w", fams, ErrInvalidRequest)
-		}
-	}
-	var seen [2]bool
-	for _, ip := range r.IPs {
-		f := FamilyOf(ip)
-		if !ip.IsValid() || plainAddr(ip) != nil || seen[famIndex(f)] || !slices.Contains(fams, f) {
-			return nil, fmt.Errorf("requested addresses %v for families %v: %w", r.IPs, fams, ErrInvalidRequest)
-		}
-		seen[famIndex(f)] = true
-	}
-	return fams, nil
-}
-
 // choose picks key's address of family f. It records nothing but may
 // advance a pool cursor past addresses that are held anyway.
 func (a *Allocator) choose(key string, req Request, f Family) (netip.Addr, error) {
-	if held := a.byKey[key][famIndex(f)]; held.IsValid() && a.fits(key, held, req) {
+	if held := a.byKey[key][f.index()]; held.IsValid() && a.fits(key, held, req) {
 		return held, nil
 	}
 	if want, ok := req.IP(f); ok {
@@ -376,7 +346,7 @@ func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
 		a.byShare[h.sharingKey][ip] = true
 	}
 	ka := a.byKey[key]
-	ka[famIndex(FamilyOf(ip))] = ip
+	ka[FamilyOf(ip).index()] = ip
 	a.byKey[key] = ka
 }
 
@@ -407,7 +377,7 @@ func (a *Allocator) drop(key string, ip netip.Addr) {
 		a.byIP[ip] = hs
 	}
 	ka := a.byKey[key]
-	ka[famIndex(FamilyOf(ip))] = netip.Addr{}
+	ka[FamilyOf(ip).index()] = netip.Addr{}
 	if ka == [2]netip.Addr{} {
 		delete(a.byKey, key)
 	} else {

@@ -19,23 +19,6 @@ import (
 // pool or in two, share an address: an address must have exactly one owner.
 var ErrPoolOverlap = errors.New("address ranges overlap")
 
-// Family is an IP family. The values match Kubernetes' IPFamily strings.
-type Family string
-
-// The two IP families.
-const (
-	IPv4 Family = "IPv4"
-	IPv6 Family = "IPv6"
-)
-
-// FamilyOf returns the family of a valid address.
-func FamilyOf(ip netip.Addr) Family {
-	if ip.Is4() {
-		return IPv4
-	}
-	return IPv6
-}
-
 // PoolConfig is one pool as written in the cloud config.
 type PoolConfig struct {
 	// Name is what the lb.labcloud.io/pool annotation refers to.

@@ -169,19 +169,6 @@ func fieldValue(svc *v1.Service, field string) string {
 	return svc.Annotations[field]
 }
 
-// defaultFamilies follows the requested addresses; IPv4 when there are
-// none.
-func defaultFamilies(ips []netip.Addr) []Family {
-	if len(ips) == 0 {
-		return []Family{IPv4}
-	}
-	fams := make([]Family, len(ips))
-	for i, ip := range ips {
-		fams[i] = FamilyOf(ip)
-	}
-	return fams
-}
-
 // parseIPList reads "ip[,ip]" with at most one address per family.
 func parseIPList(raw string) ([]netip.Addr, error) {
 	var ips []netip.Addr
@@ -214,22 +201,6 @@ func vipAddr(ip netip.Addr) error {
 		return fmt.Errorf("%s cannot be a load balancer address", ip)
 	}
 	return nil
-}
-
-func parseFamilies(in []v1.IPFamily) ([]Family, error) {
-	var fams []Family
-	for _, f := range in {
-		switch fam := Family(f); fam {
-		case IPv4, IPv6:
-			if slices.Contains(fams, fam) {
-				return nil, fmt.Errorf("%s listed twice", fam)
-			}
-			fams = append(fams, fam)
-		default:
-			return nil, fmt.Errorf("unknown family %q", f)
-		}
-	}
-	return fams, nil
 }
 
 func validSharingKey(key string) error {
@@ -276,4 +247,27 @@ func (r Request) Annotations() map[string]string {
 		ann[AnnotationSharingKey] = r.SharingKey
 	}
 	return ann
+}
+
+// families checks a Request built by hand as ParseRequest would and
+// returns the families to allocate.
+func (r Request) families() ([]Family, error) {
+	fams := r.Families
+	if len(fams) == 0 {
+		fams = defaultFamilies(r.IPs)
+	}
+	for i, f := range fams {
+		if f != IPv4 && f != IPv6 || slices.Contains(fams[:i], f) {
+			return nil, fmt.Errorf("families %v: %w", fams, ErrInvalidRequest)
+		}
+	}
+	var seen [2]bool
+	for _, ip := range r.IPs {
+		f := FamilyOf(ip)
+		if !ip.IsValid() || plainAddr(ip) != nil || seen[f.index()] || !slices.Contains(fams, f) {
+			return nil, fmt.Errorf("requested addresses %v for families %v: %w", r.IPs, fams, ErrInvalidRequest)
+		}
+		seen[f.index()] = true
+	}
+	return fams, nil
 }
