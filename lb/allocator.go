@@ -87,8 +87,8 @@ func (e *PortConflictError) Error() string {
 
 func (e *PortConflictError) Unwrap() error { return ErrPortConflict }
 
-// holder is one Service's claim on an address.
-type holder struct {
+// holding is one Service's hold on an address.
+type holding struct {
 	key        string
 	sharingKey string
 	ports      []Port
@@ -107,7 +107,7 @@ type Allocator struct {
 	pools *Pools
 
 	mu      sync.Mutex
-	byIP    map[netip.Addr][]holder        // holders sorted by key
+	byIP    map[netip.Addr][]holding       // holdings sorted by key
 	byKey   map[string][2]netip.Addr       // [0] IPv4, [1] IPv6; zero if none
 	byShare map[string]map[netip.Addr]bool // scoped sharing key -> addresses under it
 	cursor  map[cursorKey]netip.Addr       // every allocatable address below is held
@@ -128,7 +128,7 @@ func NewAllocator(pools *Pools) *Allocator {
 	}
 	return &Allocator{
 		pools:   pools,
-		byIP:    map[netip.Addr][]holder{},
+		byIP:    map[netip.Addr][]holding{},
 		byKey:   map[string][2]netip.Addr{},
 		byShare: map[string]map[netip.Addr]bool{},
 		cursor:  map[cursorKey]netip.Addr{},
@@ -322,12 +322,12 @@ func (a *Allocator) canHold(key string, ip netip.Addr, req Request) error {
 	return nil
 }
 
-// hold records key's claim on ip, updating the claim if key already has
+// hold records key's holding of ip, updating it if key already has
 // one there.
 func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
-	h := holder{key: key, sharingKey: scope(key, req.SharingKey), ports: slices.Clone(req.Ports)}
+	h := holding{key: key, sharingKey: scope(key, req.SharingKey), ports: slices.Clone(req.Ports)}
 	hs := a.byIP[ip]
-	i, found := slices.BinarySearchFunc(hs, key, func(h holder, k string) int { return strings.Compare(h.key, k) })
+	i, found := slices.BinarySearchFunc(hs, key, func(h holding, k string) int { return strings.Compare(h.key, k) })
 	if found {
 		old := hs[i]
 		hs[i] = h
@@ -350,10 +350,10 @@ func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
 	a.byKey[key] = ka
 }
 
-// drop removes key's claim on ip and frees ip when no one is left.
+// drop removes key's holding of ip and frees ip when no one is left.
 func (a *Allocator) drop(key string, ip netip.Addr) {
 	hs := a.byIP[ip]
-	i := slices.IndexFunc(hs, func(h holder) bool { return h.key == key })
+	i := slices.IndexFunc(hs, func(h holding) bool { return h.key == key })
 	if i < 0 {
 		return
 	}
@@ -387,8 +387,8 @@ func (a *Allocator) drop(key string, ip netip.Addr) {
 
 // unshare removes ip from the index of sharingKey unless one of the
 // holders hs still uses that key.
-func (a *Allocator) unshare(sharingKey string, ip netip.Addr, hs []holder) {
-	if sharingKey == "" || slices.ContainsFunc(hs, func(h holder) bool { return h.sharingKey == sharingKey }) {
+func (a *Allocator) unshare(sharingKey string, ip netip.Addr, hs []holding) {
+	if sharingKey == "" || slices.ContainsFunc(hs, func(h holding) bool { return h.sharingKey == sharingKey }) {
 		return
 	}
 	delete(a.byShare[sharingKey], ip)
