@@ -43,7 +43,6 @@ const conditionWorkers = 4
 const ownWriteLag = 10 * time.Second
 
 type conditions struct {
-	// Set by placement.watch.
 	client   kubernetes.Interface
 	services corelisters.ServiceLister
 
@@ -61,8 +60,9 @@ type writtenCondition struct {
 	at   time.Time
 }
 
-func newConditions() *conditions {
-	return &conditions{want: map[string]*metav1.Condition{}, written: map[string]writtenCondition{}}
+// newConditions writes conditions with client, reading Services from services.
+func newConditions(client kubernetes.Interface, services corelisters.ServiceLister) *conditions {
+	return &conditions{client: client, services: services, want: map[string]*metav1.Condition{}, written: map[string]writtenCondition{}}
 }
 
 // run writes queued conditions until ctx ends.
@@ -106,9 +106,6 @@ func (c *conditions) next(ctx context.Context, q workqueue.TypedRateLimitingInte
 // answers holds the Services with claimed VIPs; any other Service carrying
 // the condition loses it (unless it is being deleted anyway).
 func (c *conditions) update(answers map[string][]lb.Answer) {
-	if c.services == nil {
-		return
-	}
 	all, err := c.services.List(labels.Everything())
 	if err != nil {
 		return
@@ -134,7 +131,7 @@ func (c *conditions) update(answers map[string][]lb.Answer) {
 	}
 	c.mu.Lock()
 	for k := range c.written {
-		if _, held := answers[k]; !held && !cached[k] {
+		if _, answered := answers[k]; !answered && !cached[k] {
 			delete(c.written, k) // the Service is gone
 		}
 	}

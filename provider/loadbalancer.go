@@ -31,8 +31,9 @@ import (
 
 // LoadBalancer: this file holds the cloudprovider.LoadBalancer methods.
 // The allocator is the one record of which VIPs exist and which Services
-// hold them (loaded from the Service statuses at start); placement.go
-// decides which node answers each VIP and applies that to the announcer.
+// hold them (loaded from the Service statuses at start); placement (see
+// placement.go) decides which node answers each VIP and applies that to the
+// announcer.
 
 // Announcer makes one node answer for a VIP on the bridge.
 // *announce.Announcer satisfies it.
@@ -50,12 +51,15 @@ type Announcer interface {
 
 var _ Announcer = (*announce.Announcer)(nil)
 
-// Event reasons on Services.
+// Event reasons on Services. ReasonVIPAnnounced and ReasonNoNodeForVIP are
+// events about one VIP; lb.ReasonAnnounced and lb.ReasonNoEligibleNode, of
+// the same values, are the Announced condition's reasons, about all of a
+// Service's VIPs.
 const (
 	ReasonAllocated      = "IPAllocated"
-	ReasonAnnounced      = "Announced"
-	ReasonMoved          = "AnnouncerMoved"
-	ReasonNoNode         = "NoEligibleNode"
+	ReasonVIPAnnounced   = "Announced"      // a VIP no node answered is answered now
+	ReasonVIPMoved       = "AnnouncerMoved" // another node answers a VIP now
+	ReasonNoNodeForVIP   = "NoEligibleNode" // no node may answer a VIP
 	ReasonConflict       = "IPConflict"
 	ReasonExhausted      = "PoolExhausted"
 	ReasonInvalidRequest = "InvalidRequest"
@@ -102,19 +106,20 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
 	}
-	l, err := newLoadBalancerWith(cfg, hvs, in, ann)
-	if err != nil {
-		return nil, err
-	}
+	var vipRoutes pathSetter
 	if cfg.RoutedTraffic != RoutedAnnouncer {
 		rh, err := netlink.NewHandle() // netroutes makes its handle strict
 		if err != nil {
 			return nil, fmt.Errorf("netlink: %w", err)
 		}
-		if l.place.spread, err = netroutes.New(rh, netroutes.Config{Bridge: cfg.Bridge, Protocol: netroutes.VIPProtocol}); err != nil {
+		if vipRoutes, err = netroutes.New(rh, netroutes.Config{Bridge: cfg.Bridge, Protocol: netroutes.VIPProtocol}); err != nil {
 			rh.Close()
 			return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
 		}
+	}
+	l, err := newLoadBalancerWith(cfg, hvs, in, ann, vipRoutes)
+	if err != nil {
+		return nil, err
 	}
 	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools)
 	l.role.stand(ctx)
@@ -122,7 +127,9 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 	return l, nil
 }
 
-func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances, ann Announcer) (*loadBalancer, error) {
+// newLoadBalancerWith builds the load balancer over ann; vipRoutes, if not
+// nil, programs the host's routes to VIPs.
+func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances, ann Announcer, vipRoutes pathSetter) (*loadBalancer, error) {
 	pools, err := lb.NewPools(cfg.Pools)
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.pools: %w", err)
@@ -132,7 +139,9 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 		bridge: cfg.Bridge,
 		alloc:  alloc,
 		ann:    ann,
-		place:  newPlacement(cfg.Bridge, hvs, in, alloc, ann),
+		place: newPlacement(placementConfig{
+			bridge: cfg.Bridge, hypervisors: hvs, instances: in, alloc: alloc, ann: ann, vipRoutes: vipRoutes,
+		}),
 		loaded: make(chan struct{}),
 		warned: map[string]string{},
 	}, nil

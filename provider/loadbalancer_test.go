@@ -340,7 +340,7 @@ func newLBFixture(t *testing.T, pool string, objects ...runtime.Object) *lbFixtu
 	cfg := DefaultConfig()
 	in := &instances{cfg: &cfg, hypervisors: []Hypervisor{hv}}
 	l, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: []lb.PoolConfig{{Name: "test", Addresses: []string{pool}}}},
-		[]Hypervisor{hv}, in, f.ann)
+		[]Hypervisor{hv}, in, f.ann, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,8 +505,8 @@ func TestLoadBalancerAllocatesFromPoolAndAnnounces(t *testing.T) {
 	if got := len(f.ann.probes); got != 1 {
 		t.Errorf("%d probes before announcing, want 1", got)
 	}
-	if f.count(v1.EventTypeNormal, ReasonAllocated) != 1 || f.count(v1.EventTypeNormal, ReasonAnnounced) != 1 {
-		t.Errorf("events = %q, want one %s and one %s", f.drain(), ReasonAllocated, ReasonAnnounced)
+	if f.count(v1.EventTypeNormal, ReasonAllocated) != 1 || f.count(v1.EventTypeNormal, ReasonVIPAnnounced) != 1 {
+		t.Errorf("events = %q, want one %s and one %s", f.drain(), ReasonAllocated, ReasonVIPAnnounced)
 	}
 
 	// A second sync changes nothing and says nothing.
@@ -597,7 +597,7 @@ func TestLoadBalancerConflictProbe(t *testing.T) {
 	if n := f.count(v1.EventTypeWarning, ReasonConflict); n != 1 {
 		t.Fatalf("%d %s events over 3 retries, want 1: %q", n, ReasonConflict, f.drain())
 	}
-	if f.count(v1.EventTypeNormal, ReasonAnnounced) != 0 {
+	if f.count(v1.EventTypeNormal, ReasonVIPAnnounced) != 0 {
 		t.Fatalf("conflicting VIP reported announced: %q", f.drain())
 	}
 	// The failover loop leaves an unprobed VIP alone.
@@ -779,7 +779,7 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 	// The answering node's domain shuts off: the other node answers.
 	f.hv.setState(first.name, libvirtcloud.StateShutOff)
 	f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
-	f.waitFor(ReasonMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonMoved) == 1 })
+	f.waitFor(ReasonVIPMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonVIPMoved) == 1 })
 	if n := moves(); n != 1 {
 		t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveDomainDown)
 	}
@@ -794,7 +794,7 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 	// The other one crashes too: nobody answers, and the Service hears it.
 	f.hv.setState(other.name, libvirtcloud.StateCrashed)
 	f.waitFor("VIP withdrawn", func() bool { return f.ann.answering(vip) == nil })
-	f.waitFor("NoEligibleNode event", func() bool { return f.count(v1.EventTypeWarning, ReasonNoNode) == 1 })
+	f.waitFor("NoEligibleNode event", func() bool { return f.count(v1.EventTypeWarning, ReasonNoNodeForVIP) == 1 })
 
 	// The first comes back, but its guest is still booting: its Node has
 	// not reported since the domain started, so it does not answer yet.
@@ -845,7 +845,7 @@ func TestLoadBalancerFailoverWhenNodeOrDomainIsGone(t *testing.T) {
 			if n := moves(); n != 1 {
 				t.Errorf("%v moves with reason %s, want 1", n, tc.reason)
 			}
-			f.waitFor(ReasonMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonMoved) == 1 })
+			f.waitFor(ReasonVIPMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonVIPMoved) == 1 })
 			want := fmt.Sprintf("%s moved from node %s to node %s", vip, first.name, other.name)
 			if ev := f.drain(); !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, want) }) {
 				t.Errorf("events %q, want one saying %q", ev, want)

@@ -37,11 +37,11 @@ var _ pathSetter = (*netroutes.Manager)(nil)
 const maxSpreadPaths = 16
 
 // routeCheckInterval is how often at most a pass reads the kernel's routes
-// to VIPs: in a burst of Services passes run back to back, and each read
-// of 1000 multipath routes allocated 1.5 MB (530 MB over a burst of 1000
-// Services). The passes between write what changed since the last; a route
-// someone else changed or removed is put back by the first pass a second
-// after the last read (the PlacementResync's at the latest).
+// to VIPs: in a burst of Services passes run back to back, and a read
+// allocates in proportion to every VIP's multipath route, pass after pass.
+// The passes between write what changed since the last; a route someone else
+// changed or removed is put back by the first pass a second after the last
+// read (the PlacementResync's at the latest).
 const routeCheckInterval = time.Second
 
 // vipPaths decides the host's route to each answered VIP (answering: VIP →
@@ -80,40 +80,38 @@ func vipPaths(answering map[netip.Addr]string, ranked map[netip.Addr][]string, a
 }
 
 // applySpread programs the host's routes to every VIP answered now
-// (answering: the announcer's VIPs and MACs after the pass's changes, so a
-// route never names a node the ARP answer has left).
-func (p *placement) applySpread(ctx context.Context, snap snapshot, answeringMACs map[netip.Addr]net.HardwareAddr, ranked map[netip.Addr][]string, holders map[netip.Addr][]string, given givenServices) {
-	if p.spread == nil {
+// (answeringMACs: the announcer's VIPs and MACs after the pass's changes, so
+// a route never names a node the ARP answer has left).
+func (p *placement) applySpread(ctx context.Context, snap snapshot, answeringMACs map[netip.Addr]net.HardwareAddr) {
+	if p.vipRoutes == nil {
 		return
 	}
-	subnets, err := p.spread.Subnets()
+	subnets, err := p.vipRoutes.Subnets()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot read the bridge's subnets for the routes to VIPs")
 		return
 	}
 	answering := map[netip.Addr]string{}
 	for vip, mac := range answeringMACs {
-		if h, ok := snap.holder(mac); ok {
-			answering[vip] = h.name
+		if v, ok := snap.withMAC(mac); ok {
+			answering[vip] = v.name
 		}
 	}
 	affinity := map[netip.Addr]bool{}
-	for vip, hs := range holders {
-		for _, k := range hs {
-			if s := p.lookupService(k, given); s != nil && s.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
-				affinity[vip] = true
-			}
+	for vip, claim := range snap.vips {
+		if claim.affinity {
+			affinity[vip] = true
 		}
 	}
 	addr := func(node string, vip netip.Addr) (netip.Addr, bool) {
-		v, _ := snap.view(node)
+		v, _ := snap.named(node)
 		return bridgeAddress(v.node, subnets, vip.Is4())
 	}
-	write := p.spread.UpdatePaths
+	write := p.vipRoutes.UpdatePaths
 	if now := time.Now(); now.Sub(p.routesCheckedAt) >= routeCheckInterval {
-		write, p.routesCheckedAt = p.spread.ReconcilePaths, now
+		write, p.routesCheckedAt = p.vipRoutes.ReconcilePaths, now
 	}
-	if _, err := write(vipPaths(answering, ranked, affinity, addr)); err != nil {
+	if _, err := write(vipPaths(answering, snap.ranked, affinity, addr)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot program the host's routes to VIPs")
 	}
 }

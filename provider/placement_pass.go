@@ -1,0 +1,137 @@
+package provider
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/metrics"
+)
+
+// pass places every VIP and applies the result; its caller holds the
+// passing token.
+func (p *placement) pass(ctx context.Context, given givenServices) {
+	if p.nodes == nil {
+		return
+	}
+	// The service controller calls in once its own informers have synced,
+	// not placement's (EndpointSlices are placement's alone): a pass over
+	// a partial cache would withdraw or move VIPs that nothing changed, on
+	// every new leader. run passes once they have synced.
+	for _, synced := range p.synced {
+		if !synced() {
+			return
+		}
+	}
+	snap := p.snapshot(ctx, given)
+	defer clear(snap.views) // keeps no Node the informer has replaced
+	holdEnds := p.apply(ctx, decide(snap, p.ann.Answering(), time.Now()), given)
+	answering := p.ann.Answering() // after this pass's changes
+	p.applySpread(ctx, snap, answering)
+	p.conds.update(answers(snap, answering))
+	p.wakeAt(holdEnds)
+}
+
+// apply makes the announcer do what changes say, with the events, logs and
+// metrics of each; it returns when the earliest UnknownHold that keeps a
+// VIP from a Ready node ends (zero if none).
+func (p *placement) apply(ctx context.Context, changes []change, given givenServices) (holdEnds time.Time) {
+	log := klog.FromContext(ctx)
+	for _, c := range changes {
+		ip := c.vip
+		switch c.kind {
+		case keepVIP:
+			if c.reason == keptPlaced && len(given) > 0 {
+				_ = p.ann.SetAfter(ip, c.mac, time.Time{}) // repairs a neighbour entry that failed before
+			}
+			if !c.until.IsZero() && (holdEnds.IsZero() || c.until.Before(holdEnds)) {
+				holdEnds = c.until
+			}
+		case warnVIP:
+			// Said to the Services being synced (the service controller's
+			// calls), not on every pass.
+			p.noNodeEvent(given.only(c.services), given, ip)
+		case removeVIP:
+			if err := p.ann.Remove(ip); err != nil {
+				msg := "Cannot stop announcing VIP"
+				if c.reason == removedReleased {
+					msg = "Cannot stop announcing a released VIP"
+				}
+				log.Error(err, msg, "ip", ip)
+				continue
+			}
+			if c.reason == noEligibleNode {
+				p.noNodeEvent(c.services, given, ip)
+			}
+		case setVIP:
+			if err := p.ann.SetAfter(ip, c.mac, c.cause); err != nil {
+				log.Error(err, "Announcing VIP", "ip", ip, "node", c.node)
+			}
+			if c.from == "" {
+				p.event(c.services, given, v1.EventTypeNormal, ReasonVIPAnnounced, "%s announced via node %s (%s)", ip, c.node, c.mac)
+				continue
+			}
+			metrics.VIPMoves.WithLabelValues(c.reason).Inc()
+			log.Info("VIP moved", "ip", ip, "from", c.from, "to", c.node, "mac", c.mac, "reason", c.reason)
+			p.event(c.services, given, v1.EventTypeNormal, ReasonVIPMoved, "%s moved from node %s to node %s (%s)", ip, c.from, c.node, c.mac)
+		}
+	}
+	return holdEnds
+}
+
+// wakeAt pokes a pass at t (none if t is zero), replacing the last pass's.
+func (p *placement) wakeAt(t time.Time) {
+	if p.holdTimer != nil {
+		p.holdTimer.Stop()
+	}
+	if !t.IsZero() {
+		p.holdTimer = time.AfterFunc(time.Until(t), p.poke)
+	}
+}
+
+// event records an event on each of services that can be found (the
+// call's copy, else the cache's).
+func (p *placement) event(services []string, given givenServices, typ, reason, format string, args ...any) {
+	for _, k := range services {
+		if s := p.lookupService(k, given); s != nil {
+			p.recorder.Eventf(s, typ, reason, format, args...)
+		}
+	}
+}
+
+// only is those of services that are given.
+func (given givenServices) only(services []string) []string {
+	var out []string
+	for _, k := range services {
+		if _, ok := given[k]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// noNodeEvent says to services that no node can answer ip.
+func (p *placement) noNodeEvent(services []string, given givenServices, ip netip.Addr) {
+	p.event(services, given, v1.EventTypeWarning, ReasonNoNodeForVIP, "No eligible node (running domain on %s, Ready, not labelled node.kubernetes.io/exclude-from-external-load-balancers as kubeadm labels control planes, with endpoints for Local policy) can answer for %s", p.bridge, ip)
+}
+
+// answers says, for each Service holding a claimed VIP, who answers for
+// each of its VIPs now (answering: VIP → MAC, the announcer's).
+func answers(snap snapshot, answering map[netip.Addr]net.HardwareAddr) map[string][]lb.Answer {
+	out := make(map[string][]lb.Answer, len(snap.vips))
+	for ip, claim := range snap.vips {
+		a := lb.Answer{VIP: ip, MAC: answering[ip]}
+		if v, ok := snap.withMAC(a.MAC); ok {
+			a.Node = v.name
+		}
+		for _, k := range claim.services {
+			out[k] = append(out[k], a)
+		}
+	}
+	return out
+}
