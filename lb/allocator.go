@@ -108,6 +108,7 @@ type Allocator struct {
 
 	mu      sync.Mutex
 	byIP    map[netip.Addr][]holding       // holdings sorted by key
+	ports   map[netip.Addr]map[Port]string // the key using each port at a shared address
 	byKey   map[string][2]netip.Addr       // [0] IPv4, [1] IPv6; zero if none
 	byShare map[string]map[netip.Addr]bool // scoped sharing key -> addresses under it
 	cursor  map[cursorKey]netip.Addr       // every allocatable address below is held
@@ -129,6 +130,7 @@ func NewAllocator(pools *Pools) *Allocator {
 	return &Allocator{
 		pools:   pools,
 		byIP:    map[netip.Addr][]holding{},
+		ports:   map[netip.Addr]map[Port]string{},
 		byKey:   map[string][2]netip.Addr{},
 		byShare: map[string]map[netip.Addr]bool{},
 		cursor:  map[cursorKey]netip.Addr{},
@@ -303,23 +305,42 @@ func (a *Allocator) sharedFit(key string, req Request, pools []*Pool) (netip.Add
 
 // canHold reports why key may not hold ip next to its current holders:
 // every other holder must be in key's namespace, with the same non-empty
-// sharing key and no port in common with req.
+// sharing key and no port in common with req. It costs one lookup per
+// holder and per port of req, whatever the other holders' ports.
 func (a *Allocator) canHold(key string, ip netip.Addr, req Request) error {
 	share := scope(key, req.SharingKey)
 	for _, h := range a.byIP[ip] {
-		if h.key == key {
-			continue
-		}
-		if share == "" || h.sharingKey != share {
+		if h.key != key && (share == "" || h.sharingKey != share) {
 			return &IPTakenError{IP: ip, Holder: h.key}
 		}
-		for _, p := range req.Ports {
-			if slices.Contains(h.ports, p) {
-				return &PortConflictError{IP: ip, Holder: h.key, Port: p}
-			}
+	}
+	used := a.ports[ip]
+	for _, p := range req.Ports {
+		if k, ok := used[p]; ok && k != key {
+			return &PortConflictError{IP: ip, Holder: k, Port: p}
 		}
 	}
 	return nil
+}
+
+// usePorts records (on) or forgets (off) that key uses ports at ip.
+func (a *Allocator) usePorts(key string, ip netip.Addr, ports []Port, on bool) {
+	used := a.ports[ip]
+	if on && used == nil {
+		used = make(map[Port]string, len(ports))
+		a.ports[ip] = used
+	}
+	for _, p := range ports {
+		switch k, ok := used[p]; {
+		case on && !ok:
+			used[p] = key
+		case !on && k == key:
+			delete(used, p)
+		}
+	}
+	if len(used) == 0 {
+		delete(a.ports, ip)
+	}
 }
 
 // hold records key's holding of ip, updating it if key already has
@@ -332,6 +353,7 @@ func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
 		old := hs[i]
 		hs[i] = h
 		a.unshare(old.sharingKey, ip, hs)
+		a.usePorts(key, ip, old.ports, false)
 	} else {
 		if len(hs) == 0 {
 			a.used(ip, +1)
@@ -339,6 +361,7 @@ func (a *Allocator) hold(key string, ip netip.Addr, req Request) {
 		hs = slices.Insert(hs, i, h)
 	}
 	a.byIP[ip] = hs
+	a.usePorts(key, ip, h.ports, true)
 	if h.sharingKey != "" {
 		if a.byShare[h.sharingKey] == nil {
 			a.byShare[h.sharingKey] = map[netip.Addr]bool{}
@@ -360,6 +383,7 @@ func (a *Allocator) drop(key string, ip netip.Addr) {
 	gone := hs[i]
 	hs = slices.Delete(hs, i, i+1)
 	a.unshare(gone.sharingKey, ip, hs)
+	a.usePorts(key, ip, gone.ports, false)
 	if len(hs) == 0 {
 		if pool := a.used(ip, -1); pool != "" {
 			metrics.Releases.WithLabelValues(pool).Inc()

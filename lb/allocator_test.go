@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -449,4 +450,50 @@ func mustAlloc(t testing.TB, a *Allocator, key string, req Request) []netip.Addr
 		t.Fatal(err)
 	}
 	return ips
+}
+
+// TestSharedPortsMatchModel: Services sharing one VIP change their ports,
+// leave and come back at random; the allocator refuses exactly the
+// requests a port-by-port model says conflict, and names a holder that
+// really uses the port.
+func TestSharedPortsMatchModel(t *testing.T) {
+	a := NewAllocator(mustPools(t, PoolConfig{Name: "lan", Addresses: []string{"10.0.0.0/30"}}))
+	vip := "10.0.0.1"
+	rng := rand.New(rand.NewPCG(3, 4))
+	model := map[string][]Port{} // key -> ports it holds at vip
+	for i := range 5000 {
+		key := fmt.Sprintf("ns/s%d", rng.IntN(8))
+		if rng.IntN(4) == 0 {
+			a.Release(key)
+			delete(model, key)
+			continue
+		}
+		var ports []Port
+		for range 1 + rng.IntN(4) {
+			p := Port{Protocol: []string{"TCP", "UDP"}[rng.IntN(2)], Port: int32(1 + rng.IntN(12))}
+			if !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
+		}
+		var conflict string
+		for other, held := range model {
+			for _, p := range ports {
+				if other != key && slices.Contains(held, p) {
+					conflict = other
+				}
+			}
+		}
+		_, err := a.Allocate(key, req4(vip, "", "k", ports...))
+		var pc *PortConflictError
+		switch {
+		case conflict == "" && err != nil:
+			t.Fatalf("op %d: %s %v refused: %v (model: no conflict in %v)", i, key, ports, err, model)
+		case conflict != "" && !errors.As(err, &pc):
+			t.Fatalf("op %d: %s %v: got %v, want a port conflict (with %s)", i, key, ports, err, conflict)
+		case conflict != "" && !slices.Contains(model[pc.Holder], pc.Port):
+			t.Fatalf("op %d: conflict names %s on %s, which does not use it (model %v)", i, pc.Holder, pc.Port, model)
+		case conflict == "":
+			model[key] = ports
+		}
+	}
 }

@@ -83,3 +83,35 @@ func BenchmarkPlace1000x100(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSharedPortCheck: 20 Services share one VIP under one key with
+// 5,000 ports each; one op asks whether a 21st Service with 5,000 more
+// ports may join it, the check every allocation and pass makes under the
+// allocator's lock.
+func BenchmarkSharedPortCheck(b *testing.B) {
+	a := NewAllocator(mustPools(b, PoolConfig{Name: "lan", Addresses: []string{"10.0.0.0/24"}}))
+	const holders, ports = 20, 5000
+	portRange := func(first int) []Port {
+		out := make([]Port, ports)
+		for i := range out {
+			out[i] = Port{Protocol: "TCP", Port: int32(first + i)}
+		}
+		return out
+	}
+	vip := netip.MustParseAddr("10.0.0.7")
+	for h := range holders {
+		if err := a.Assign(fmt.Sprintf("team/s%d", h), vip, req4("", "", "k", portRange(1+h*ports)...)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	next := req4("", "", "k", portRange(1+holders*ports)...)
+	b.ResetTimer()
+	for b.Loop() {
+		a.mu.Lock()
+		err := a.canHold("team/next", vip, next)
+		a.mu.Unlock()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -75,8 +77,33 @@ type RequestError struct {
 	Err   error
 }
 
+// Error quotes at most maxEcho bytes of the value and of the reason: the
+// error is kept per Service and written into events and logs on every
+// retry, and the value is whatever the Service's author wrote.
 func (e *RequestError) Error() string {
-	return fmt.Sprintf("%s=%q: %v", e.Field, e.Value, e.Err)
+	return fmt.Sprintf("%s=%s: %s", e.Field, quoteClipped(e.Value), clip(fmt.Sprint(e.Err), 2*maxEcho))
+}
+
+// maxEcho bounds what an error quotes of a user's value.
+const maxEcho = 128
+
+// quoteClipped quotes s, cut to maxEcho bytes with its full length said.
+func quoteClipped(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", clip(s, maxEcho), len(s))
+}
+
+// clip cuts s to at most n bytes, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func (e *RequestError) Unwrap() error { return e.Err }

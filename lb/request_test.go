@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,4 +198,46 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("round trip changed %+v into %+v", req, again)
 		}
 	})
+}
+
+// TestOversizedValuesAreNotEchoed: a 200 kB annotation gives an error of a
+// few hundred bytes that still names the field and the value's size.
+func TestOversizedValuesAreNotEchoed(t *testing.T) {
+	junk := strings.Repeat("x", 200_000)
+	withAnn := func(ann map[string]string) *v1.Service {
+		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: ann}}
+	}
+	disagreeing := withAnn(map[string]string{AnnotationIP: "10.0.0.1"})
+	disagreeing.Spec.LoadBalancerIP = junk
+	for _, svc := range []*v1.Service{
+		withAnn(map[string]string{AnnotationIP: junk}),
+		withAnn(map[string]string{AnnotationIP: "10.0.0.1," + junk}),
+		withAnn(map[string]string{AnnotationPool: junk}),
+		withAnn(map[string]string{AnnotationSharingKey: junk + " "}),
+		disagreeing,
+	} {
+		ann := svc.Annotations
+		_, err := ParseRequest(svc)
+		if err == nil {
+			t.Fatalf("%.40v: no error", ann)
+		}
+		msg := err.Error()
+		if len(msg) > 512 {
+			t.Errorf("error of %d bytes: %.80s...", len(msg), msg)
+		}
+		var re *RequestError
+		if !errors.As(err, &re) || !strings.HasPrefix(msg, re.Field+"=") || !strings.Contains(msg, "bytes)") {
+			t.Errorf("error does not name the field and the value's size: %.200s", msg)
+		}
+	}
+}
+
+func TestClipKeepsRunesWhole(t *testing.T) {
+	s := strings.Repeat("é", 100) // 2 bytes each
+	for n := 0; n < 20; n++ {
+		got := clip(s, n)
+		if len(got) > n || !utf8.ValidString(got) || len(got) < n-1 {
+			t.Errorf("clip(é..., %d) = %q", n, got)
+		}
+	}
 }

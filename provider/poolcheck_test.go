@@ -6,14 +6,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
+	"github.com/labcloud/labcloud/internal/nstest"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
 )
@@ -122,10 +121,7 @@ func defaultNetworkHypervisor(t *testing.T, dhcpEnd string) *libvirtcloud.Hyperv
 
 // The bridge's own address, read with netlink from a real bridge.
 func TestBridgeAddressesAreReserved(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	nl := netnsHandle(t)
+	nl := nstest.Handle(t)
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "lcpool0"}}
 	if err := nl.LinkAdd(br); err != nil {
 		t.Fatal(err)
@@ -147,31 +143,4 @@ func TestBridgeAddressesAreReserved(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "address 10.66.0.1 of bridge lcpool0") {
 		t.Fatalf("err = %v, want one naming the bridge's address", err)
 	}
-}
-
-// netnsHandle is a netlink handle in a fresh network namespace; the test's
-// thread stays in its own namespace.
-func netnsHandle(t *testing.T) *netlink.Handle {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	nl, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
-	return nl
 }

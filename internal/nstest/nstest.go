@@ -7,8 +7,26 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
+
+// Handle returns a netlink handle in a fresh network namespace that lives
+// as long as the test; the test's own thread never leaves its namespace.
+// It skips the test when not run as root.
+func Handle(t testing.TB) *netlink.Handle {
+	t.Helper()
+	var nl *netlink.Handle
+	InNew(t, func(ns netns.NsHandle) {
+		h, err := netlink.NewHandleAt(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nl = h
+	})
+	t.Cleanup(nl.Close)
+	return nl
+}
 
 // InNew runs f on a locked thread inside a new, empty network namespace
 // (ns), and restores the thread's namespace afterwards. It skips the test
