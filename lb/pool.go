@@ -41,9 +41,10 @@ type ipRange struct {
 
 // Pool is a parsed, validated pool. It is immutable.
 type Pool struct {
-	name   string
-	ranges []ipRange // sorted by From, non-overlapping
-	avoid  bool
+	name     string
+	ranges   []ipRange // sorted by From, non-overlapping
+	avoid    bool
+	excluded []netip.Addr // in its ranges, never handed out; sorted
 }
 
 // NewPool parses one pool. Errors name the pool and the bad spec.
@@ -57,6 +58,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	p := &Pool{name: cfg.Name, avoid: cfg.AvoidDot0Dot255}
 	for _, spec := range cfg.Addresses {
 		r, err := parseSpec(spec)
+		if err == nil {
+			err = checkUsable(r.IPRange)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("pool %q: address %q: %w", cfg.Name, spec, err)
 		}
@@ -196,6 +200,11 @@ func (p *Pool) Size() float64 {
 			n -= float64(congruent(a, b, 0) + congruent(a, b, 255))
 		}
 	}
+	for _, ip := range p.excluded {
+		if !(p.avoid && ip.Is4() && (ip.As4()[3] == 0 || ip.As4()[3] == 255)) {
+			n-- // not already left out as a .0/.255
+		}
+	}
 	return n
 }
 
@@ -231,6 +240,9 @@ func congruent(a, b, r int64) int64 {
 }
 
 func (p *Pool) allocatable(ip netip.Addr) bool {
+	if _, found := slices.BinarySearchFunc(p.excluded, ip, netip.Addr.Compare); found {
+		return false
+	}
 	if !p.avoid || !ip.Is4() {
 		return true
 	}
@@ -323,6 +335,27 @@ func (ps *Pools) For(ip netip.Addr) (*Pool, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Excluding returns the pools with ips never handed out: the network and
+// broadcast addresses of the bridge's subnets, which a pool of a part of a
+// subnet would otherwise hand out at its edge. An address a Service holds
+// already stays held (Assign does not check it).
+func (ps *Pools) Excluding(ips []netip.Addr) *Pools {
+	out := &Pools{byName: make(map[string]*Pool, len(ps.list))}
+	for _, p := range ps.list {
+		q := *p
+		q.excluded = nil
+		for _, ip := range ips {
+			if p.inRange(ip) && !slices.Contains(q.excluded, ip) {
+				q.excluded = append(q.excluded, ip)
+			}
+		}
+		slices.SortFunc(q.excluded, netip.Addr.Compare)
+		out.list = append(out.list, &q)
+		out.byName[q.name] = &q
+	}
+	return out
 }
 
 // List returns the pools in configuration order.

@@ -2,9 +2,14 @@ package lb
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestNewPool(t *testing.T) {
@@ -253,4 +258,71 @@ func mustPools(t testing.TB, cfgs ...PoolConfig) *Pools {
 		t.Fatal(err)
 	}
 	return ps
+}
+
+// TestUnusableRangesRefused: a pool reaching into a block no VIP can come
+// from is refused at start, naming the pool, the spec and the block.
+func TestUnusableRangesRefused(t *testing.T) {
+	for spec, block := range map[string]string{
+		"0.0.0.0/8":                   "0.0.0.0/8",
+		"0.0.0.1":                     "0.0.0.0/8",
+		"127.0.0.10-127.0.0.20":       "127.0.0.0/8",
+		"169.254.1.0/24":              "169.254.0.0/16",
+		"224.0.0.0/24":                "224.0.0.0/4",
+		"239.255.255.250":             "224.0.0.0/4",
+		"255.255.255.255":             "255.255.255.255/32",
+		"192.168.1.0-255.255.255.255": "224.0.0.0/4",
+		"::/127":                      "::/128",
+		"fe80::1-fe80::9":             "fe80::/10",
+		"ff02::1":                     "ff00::/8",
+	} {
+		_, err := NewPool(PoolConfig{Name: "p", Addresses: []string{spec}})
+		if err == nil || !strings.Contains(err.Error(), `pool "p": address "`+spec+`"`) || !strings.Contains(err.Error(), block) {
+			t.Errorf("pool of %s: %v, want it refused naming %s", spec, err, block)
+		}
+	}
+	for _, spec := range []string{"10.0.0.0/8", "192.168.50.240/28", "fd00::/64", "2001:db8::/120", "1.0.0.0-126.255.255.255"} {
+		if _, err := NewPool(PoolConfig{Name: "p", Addresses: []string{spec}}); err != nil {
+			t.Errorf("pool of %s refused: %v", spec, err)
+		}
+	}
+	for _, ip := range []string{"169.254.1.1", "224.0.0.5", "0.0.0.0", "::1", "fe80::1"} {
+		_, err := ParseRequest(&v1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationIP: ip}}})
+		if err == nil {
+			t.Errorf("a request for %s is accepted", ip)
+		}
+	}
+}
+
+// TestExcludedAddressesAreNeverHandedOut: a pool of the top of a /24
+// (x.240/28) would hand out the subnet's broadcast .255; excluded, it
+// does not, its size says so, and an address a Service held already
+// stays held.
+func TestExcludedAddressesAreNeverHandedOut(t *testing.T) {
+	ps := mustPools(t, PoolConfig{Name: "top", Addresses: []string{"192.168.50.252/30"}})
+	edges := addrs("192.168.50.0", "192.168.50.255")
+	ex := ps.Excluding(edges)
+	p, _ := ex.Pool("top")
+	if p.Contains(netip.MustParseAddr("192.168.50.255")) || !p.Contains(netip.MustParseAddr("192.168.50.254")) || p.Size() != 3 {
+		t.Errorf("excluded pool: contains .255 %v, .254 %v, size %v; want false, true, 3",
+			p.Contains(netip.MustParseAddr("192.168.50.255")), p.Contains(netip.MustParseAddr("192.168.50.254")), p.Size())
+	}
+	if orig, _ := ps.Pool("top"); !orig.Contains(netip.MustParseAddr("192.168.50.255")) {
+		t.Error("Excluding changed the pools it was called on")
+	}
+	a := NewAllocator(ex)
+	if err := a.Assign("ns/old", netip.MustParseAddr("192.168.50.255"), Request{}); err != nil {
+		t.Errorf("an address held before it was excluded is refused: %v", err)
+	}
+	var got []netip.Addr
+	for i := range 4 {
+		ips, err := a.Allocate(fmt.Sprintf("ns/s%d", i), Request{})
+		if err != nil {
+			break
+		}
+		got = append(got, ips...)
+	}
+	if want := addrs("192.168.50.252", "192.168.50.253", "192.168.50.254"); !slices.Equal(got, want) {
+		t.Errorf("handed out %v, want %v and then exhausted", got, want)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go4.org/netipx"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -224,8 +225,8 @@ func parseIPList(raw string) ([]netip.Addr, error) {
 // vipAddr rejects addresses that can never be a unicast VIP, so the user
 // hears about it at once instead of as "not in any pool".
 func vipAddr(ip netip.Addr) error {
-	if ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() {
-		return fmt.Errorf("%s cannot be a load balancer address", ip)
+	if err := checkUsable(netipx.IPRangeFrom(ip, ip)); err != nil {
+		return fmt.Errorf("%s %w", ip, err)
 	}
 	return nil
 }

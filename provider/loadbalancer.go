@@ -117,7 +117,11 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 			return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
 		}
 	}
-	l, err := newLoadBalancerWith(cfg, hvs, in, ann, vipRoutes)
+	edges, err := subnetEdges(h, cfg.Bridge)
+	if err != nil {
+		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
+	}
+	l, err := newLoadBalancerWith(cfg, hvs, in, ann, vipRoutes, edges)
 	if err != nil {
 		return nil, err
 	}
@@ -128,13 +132,14 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 }
 
 // newLoadBalancerWith builds the load balancer over ann; vipRoutes, if not
-// nil, programs the host's routes to VIPs.
-func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances, ann Announcer, vipRoutes pathSetter) (*loadBalancer, error) {
+// nil, programs the host's routes to VIPs. The pools never hand out the
+// excluded addresses.
+func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances, ann Announcer, vipRoutes pathSetter, excluded []netip.Addr) (*loadBalancer, error) {
 	pools, err := lb.NewPools(cfg.Pools)
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.pools: %w", err)
 	}
-	alloc := lb.NewAllocator(pools)
+	alloc := lb.NewAllocator(pools.Excluding(excluded))
 	return &loadBalancer{
 		bridge: cfg.Bridge,
 		alloc:  alloc,

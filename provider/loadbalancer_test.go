@@ -340,7 +340,7 @@ func newLBFixture(t *testing.T, pool string, objects ...runtime.Object) *lbFixtu
 	cfg := DefaultConfig()
 	in := &instances{cfg: &cfg, hypervisors: []Hypervisor{hv}}
 	l, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: []lb.PoolConfig{{Name: "test", Addresses: []string{pool}}}},
-		[]Hypervisor{hv}, in, f.ann, nil)
+		[]Hypervisor{hv}, in, f.ann, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

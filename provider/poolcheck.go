@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/lb"
@@ -89,6 +90,30 @@ func bridgeAddresses(nl *netlink.Handle, bridge string) ([]reserved, error) {
 			ip = ip.Unmap()
 			out = append(out, reserved{what: fmt.Sprintf("address %s of bridge %s", ip, bridge), first: ip, last: ip})
 		}
+	}
+	return out, nil
+}
+
+// subnetEdges are the network and broadcast addresses of the bridge's
+// IPv4 subnets of four addresses or more, in the namespace of nl: a pool
+// of part of a subnet must not hand them out.
+func subnetEdges(nl *netlink.Handle, bridge string) ([]netip.Addr, error) {
+	link, err := nl.LinkByName(bridge)
+	if err != nil {
+		return nil, fmt.Errorf("bridge %s: %w", bridge, err)
+	}
+	addrs, err := nl.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of bridge %s: %w", bridge, err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		pfx, ok := netipx.FromStdIPNet(a.IPNet)
+		if !ok || !pfx.Addr().Unmap().Is4() || pfx.Bits() > 30 {
+			continue
+		}
+		r := netipx.RangeOfPrefix(netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()).Masked())
+		out = append(out, r.From(), r.To())
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,34 @@ func TestBridgeAddressesAreReserved(t *testing.T) {
 	err = checkPools(pools, taken)
 	if err == nil || !strings.Contains(err.Error(), "address 10.66.0.1 of bridge lcpool0") {
 		t.Fatalf("err = %v, want one naming the bridge's address", err)
+	}
+}
+
+// The network and broadcast addresses of the bridge's IPv4 subnets, read
+// with netlink from a real bridge: a /24, a /30 and a /31 (no edges).
+func TestSubnetEdges(t *testing.T) {
+	nl := nstest.Handle(t)
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "lcedge0"}}
+	if err := nl.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"192.168.50.1/24", "10.9.0.5/30", "10.8.0.0/31", "fd00::1/64"} {
+		addr, _ := netlink.ParseAddr(a)
+		if err := nl.AddrAdd(br, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := subnetEdges(nl, "lcedge0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, netip.Addr.Compare)
+	want := []netip.Addr{netip.MustParseAddr("10.9.0.4"), netip.MustParseAddr("10.9.0.7"),
+		netip.MustParseAddr("192.168.50.0"), netip.MustParseAddr("192.168.50.255")}
+	if !slices.Equal(got, want) {
+		t.Errorf("subnetEdges = %v, want %v", got, want)
+	}
+	if _, err := subnetEdges(nl, "nosuchbridge"); err == nil || !strings.Contains(err.Error(), "nosuchbridge") {
+		t.Errorf("a missing bridge: %v, want an error naming it", err)
 	}
 }
