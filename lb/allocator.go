@@ -204,8 +204,12 @@ func (a *Allocator) Allocate(key string, req Request) ([]netip.Addr, error) {
 		return nil, fmt.Errorf("allocate for %s: %w", key, err)
 	}
 	if req.Pool != "" {
-		if _, ok := a.pools.Pool(req.Pool); !ok {
+		p, ok := a.pools.Pool(req.Pool)
+		if !ok {
 			return nil, fmt.Errorf("allocate for %s: %w", key, &UnknownPoolError{Pool: req.Pool})
+		}
+		if ns, _, _ := strings.Cut(key, "/"); !p.Serves(ns, req.NamespaceLabels) {
+			return nil, fmt.Errorf("allocate for %s: %w", key, &PoolNotForNamespaceError{Pool: p.name, Namespace: ns})
 		}
 	}
 	a.mu.Lock()
@@ -246,12 +250,15 @@ func (a *Allocator) choose(key string, req Request, f Family) (netip.Addr, error
 		if !ok || !p.Contains(want) || req.Pool != "" && p.name != req.Pool {
 			return netip.Addr{}, &NotInPoolError{IP: want, Pool: req.Pool}
 		}
+		if ns, _, _ := strings.Cut(key, "/"); !p.Serves(ns, req.NamespaceLabels) {
+			return netip.Addr{}, &PoolNotForNamespaceError{Pool: p.name, Namespace: ns}
+		}
 		if err := a.canHold(key, want, req); err != nil {
 			return netip.Addr{}, err
 		}
 		return want, nil
 	}
-	pools := a.pools.list
+	pools := a.pools.serving(key, req.NamespaceLabels)
 	if req.Pool != "" {
 		p, _ := a.pools.Pool(req.Pool) // checked by Allocate
 		pools = []*Pool{p}

@@ -13,6 +13,8 @@ import (
 
 	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/validate/content"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // ErrPoolOverlap marks a configuration in which two address specs, in one
@@ -30,6 +32,11 @@ type PoolConfig struct {
 	// pool: some clients and firmware treat them as network or broadcast
 	// addresses even inside a larger prefix.
 	AvoidDot0Dot255 bool `json:"avoidDot0Dot255,omitempty"`
+	// Namespaces and NamespaceSelector keep the pool for some namespaces:
+	// those named, and those whose labels the selector matches. With
+	// neither, the pool serves every namespace.
+	Namespaces        []string              `json:"namespaces,omitempty"`
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 
 // ipRange is an inclusive range of one family, with the spec it came from
@@ -41,10 +48,12 @@ type ipRange struct {
 
 // Pool is a parsed, validated pool. It is immutable.
 type Pool struct {
-	name     string
-	ranges   []ipRange // sorted by From, non-overlapping
-	avoid    bool
-	excluded []netip.Addr // in its ranges, never handed out; sorted
+	name       string
+	ranges     []ipRange // sorted by From, non-overlapping
+	avoid      bool
+	excluded   []netip.Addr    // in its ranges, never handed out; sorted
+	namespaces []string        // sorted; with selector nil and this empty, every namespace
+	selector   labels.Selector // nil: none
 }
 
 // NewPool parses one pool. Errors name the pool and the bad spec.
@@ -56,6 +65,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, fmt.Errorf("pool %q: no addresses", cfg.Name)
 	}
 	p := &Pool{name: cfg.Name, avoid: cfg.AvoidDot0Dot255}
+	if err := p.keepFor(cfg.Namespaces, cfg.NamespaceSelector); err != nil {
+		return nil, fmt.Errorf("pool %q: %w", cfg.Name, err)
+	}
 	for _, spec := range cfg.Addresses {
 		r, err := parseSpec(spec)
 		if err == nil {

@@ -58,6 +58,9 @@ type Request struct {
 	// Ports are the Service's ports, checked against co-holders of a
 	// shared VIP.
 	Ports []Port
+	// NamespaceLabels are the labels of the Service's namespace, read only
+	// when a pool has a namespaceSelector (Pools.SelectsNamespaces).
+	NamespaceLabels map[string]string
 }
 
 // IP returns the requested address of family f, if any.

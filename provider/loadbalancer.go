@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
@@ -66,6 +67,7 @@ const (
 	ReasonNotInPool      = "IPNotInPool"
 	ReasonTaken          = "IPTaken"
 	ReasonReleased       = "IPReleased"
+	ReasonNotForNS       = "PoolNotForNamespace"
 )
 
 // waitRetry is how soon a Service waiting for an address (pool exhausted,
@@ -77,10 +79,14 @@ const waitRetry = 3 * time.Second
 type loadBalancer struct {
 	bridge string
 	alloc  *lb.Allocator
-	ann    Announcer
-	place  *placement
-	role   *hostRole     // nil in unit tests: always the announcer
-	loaded chan struct{} // closed once every existing assignment is loaded
+	// namespaces reads a Service's namespace labels, for pools with a
+	// namespaceSelector; nil when no pool has one.
+	namespaces corelisters.NamespaceLister
+	selectsNS  bool
+	ann        Announcer
+	place      *placement
+	role       *hostRole     // nil in unit tests: always the announcer
+	loaded     chan struct{} // closed once every existing assignment is loaded
 
 	client   kubernetes.Interface
 	recorder record.EventRecorder
@@ -141,9 +147,10 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 	}
 	alloc := lb.NewAllocator(pools.Excluding(excluded))
 	return &loadBalancer{
-		bridge: cfg.Bridge,
-		alloc:  alloc,
-		ann:    ann,
+		bridge:    cfg.Bridge,
+		alloc:     alloc,
+		selectsNS: pools.SelectsNamespaces(),
+		ann:       ann,
 		place: newPlacement(placementConfig{
 			bridge: cfg.Bridge, hypervisors: hvs, instances: in, alloc: alloc, ann: ann, vipRoutes: vipRoutes,
 		}),
@@ -157,6 +164,9 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
 	l.client = client
 	l.recorder = recorder
+	if l.selectsNS {
+		l.namespaces = factory.Core().V1().Namespaces().Lister()
+	}
 	if err := l.place.watch(factory, l.recorder, client); err != nil {
 		return err
 	}
@@ -309,6 +319,7 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		l.warnOnce(svc, ReasonInvalidRequest, err)
 		return nil, err
 	}
+	req.NamespaceLabels = l.namespaceLabels(ctx, svc.Namespace)
 	had := l.alloc.Lookup(k)
 	ips, err := l.alloc.Allocate(k, req)
 	if err != nil {
@@ -408,6 +419,8 @@ func (l *loadBalancer) allocationFailed(svc *v1.Service, err error) error {
 		reason, waits = ReasonTaken, true
 	case errors.As(err, &notIn):
 		reason = ReasonNotInPool
+	case errors.Is(err, lb.ErrPoolNotForNamespace):
+		reason = ReasonNotForNS
 	}
 	l.warnOnce(svc, reason, err)
 	err = fmt.Errorf("service %s: %w", k, err)
@@ -415,6 +428,23 @@ func (l *loadBalancer) allocationFailed(svc *v1.Service, err error) error {
 		return &waitError{RetryError: api.NewRetryError(err.Error(), waitRetry), err: err}
 	}
 	return err
+}
+
+// namespaceLabels are the labels of namespace ns when a pool selects
+// namespaces by label; none when no pool does. The informer's copy, or the
+// API server's before the informer has synced.
+func (l *loadBalancer) namespaceLabels(ctx context.Context, ns string) map[string]string {
+	if l.namespaces == nil {
+		return nil
+	}
+	n, err := l.namespaces.Get(ns)
+	if err != nil {
+		if n, err = l.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot read the labels of a Service's namespace; pools with a namespaceSelector will not serve it", "namespace", ns)
+			return nil
+		}
+	}
+	return n.Labels
 }
 
 // warnOnce emits a Warning event unless the same problem was reported for

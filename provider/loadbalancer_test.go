@@ -322,6 +322,12 @@ type lbFixture struct {
 // the two Nodes; the caller starts it.
 func newLBFixture(t *testing.T, pool string, objects ...runtime.Object) *lbFixture {
 	t.Helper()
+	return newLBFixtureOf(t, []lb.PoolConfig{{Name: "test", Addresses: []string{pool}}}, objects...)
+}
+
+// newLBFixtureOf is newLBFixture over several pools.
+func newLBFixtureOf(t *testing.T, pools []lb.PoolConfig, objects ...runtime.Object) *lbFixture {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	hv := &fakeHypervisor{doms: map[string]libvirtcloud.Domain{}}
@@ -339,7 +345,7 @@ func newLBFixture(t *testing.T, pool string, objects ...runtime.Object) *lbFixtu
 	f.client = fake.NewClientset(objects...)
 	cfg := DefaultConfig()
 	in := &instances{cfg: &cfg, hypervisors: []Hypervisor{hv}}
-	l, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: []lb.PoolConfig{{Name: "test", Addresses: []string{pool}}}},
+	l, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: pools},
 		[]Hypervisor{hv}, in, f.ann, nil, nil)
 	if err != nil {
 		t.Fatal(err)
