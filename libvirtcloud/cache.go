@@ -2,7 +2,9 @@ package libvirtcloud
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -29,9 +31,10 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 		}
 	}()
 	h.mu.RLock()
-	cached := h.domains
+	cached, wasBad := h.domains, maps.Clone(h.bad)
 	h.mu.RUnlock()
 	fresh := make([]Domain, 0, len(stats))
+	var bad []UnparsableDomain
 	for i := range stats {
 		st := stats[i]
 		if st.Domain == nil || st.State == nil || !st.State.StateSet {
@@ -42,13 +45,23 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 		if err != nil {
 			continue
 		}
-		if prev, ok := cached.byUUID[strings.ToLower(uuid)]; ok && !full && prev.State == state {
+		uuid = strings.ToLower(uuid)
+		if prev, ok := cached.byUUID[uuid]; ok && !full && prev.State == state {
 			fresh = append(fresh, prev)
+			continue
+		}
+		if prev, ok := wasBad[uuid]; ok && !full && prev.State == state {
+			bad = append(bad, prev)
 			continue
 		}
 		d, err := h.describeAs(st.Domain, state)
 		if isNoDomain(err) {
 			continue // undefined while we listed
+		}
+		var unparsable *unparsableError
+		if errors.As(err, &unparsable) {
+			bad = append(bad, unparsable.domain)
+			continue
 		}
 		if err != nil {
 			return err
@@ -58,9 +71,19 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 	leases, leaseErr := h.readLeases(conn)
 
 	h.mu.Lock()
-	old := h.domains
-	h.domains = newIndex()
+	old, oldBad := h.domains, h.bad
+	h.domains, h.bad = newIndex(), make(map[string]UnparsableDomain, len(bad))
+	var news []UnparsableDomain
+	for _, u := range bad {
+		if prev, had := oldBad[u.UUID]; had && prev.Reason == u.Reason {
+			u.Since = prev.Since
+		} else {
+			news = append(news, u)
+		}
+		h.bad[u.UUID] = u
+	}
 	var changed []Event
+	var healed []Domain
 	now := time.Now()
 	for _, d := range fresh {
 		prev, had := old.byUUID[d.UUID]
@@ -69,9 +92,14 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 		if !had || prev.State != d.State {
 			changed = append(changed, Event{Domain: d})
 		}
+		if _, was := oldBad[d.UUID]; was {
+			healed = append(healed, d)
+		}
 	}
 	for u, d := range old.byUUID {
-		if _, still := h.domains.byUUID[u]; !still {
+		_, still := h.domains.byUUID[u]
+		_, isBad := h.bad[u]
+		if !still && !isBad {
 			changed = append(changed, Event{Domain: d, Removed: true})
 		}
 	}
@@ -83,12 +111,14 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 	h.cached()
 	h.mu.Unlock()
 
+	log := klog.FromContext(ctx)
 	if leaseErr != nil {
-		klog.FromContext(ctx).Error(leaseErr, "Cannot read DHCP leases; keeping the previous ones", "hypervisor", h.opts.URI)
+		log.Error(leaseErr, "Cannot read DHCP leases; keeping the previous ones", "hypervisor", h.opts.URI)
 	}
 	for _, e := range changed {
 		h.subs.publish(e)
 	}
+	h.reportBad(log, news, healed)
 	return nil
 }
 
@@ -104,7 +134,7 @@ func (h *Hypervisor) describe(dom *libvirt.Domain) (Domain, error) {
 }
 
 // describeAs reads one domain's definition (one libvirt call); its state
-// is known.
+// is known. A definition that cannot be parsed is an *unparsableError.
 func (h *Hypervisor) describeAs(dom *libvirt.Domain, state State) (Domain, error) {
 	start := time.Now()
 	desc, err := dom.GetXMLDesc(0)
@@ -114,7 +144,7 @@ func (h *Hypervisor) describeAs(dom *libvirt.Domain, state State) (Domain, error
 	}
 	d, err := parseDomainXML(desc)
 	if err != nil {
-		return Domain{}, fmt.Errorf("%s: %w", h.opts.URI, err)
+		return Domain{}, h.unparsable(dom, state, err)
 	}
 	d.State = state
 	d.Hypervisor = h.opts.Zone
@@ -159,6 +189,7 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 	if isNoDomain(err) {
 		h.mu.Lock()
 		old, had := h.domains.remove(ev.uuid)
+		delete(h.bad, ev.uuid)
 		h.cached()
 		h.mu.Unlock()
 		if had {
@@ -166,17 +197,25 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 		}
 		return
 	}
+	log := klog.FromContext(ctx)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Cannot refresh domain after event", "uuid", ev.uuid, "hypervisor", h.opts.URI)
+		log.Error(err, "Cannot refresh domain after event", "uuid", ev.uuid, "hypervisor", h.opts.URI)
 		return
 	}
 	fresh, err := h.describe(dom)
 	dom.Free()
+	var unparsable *unparsableError
+	if errors.As(err, &unparsable) {
+		h.noteBad(log, unparsable.domain)
+		return
+	}
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Cannot refresh domain after event", "uuid", ev.uuid, "hypervisor", h.opts.URI)
+		log.Error(err, "Cannot refresh domain after event", "uuid", ev.uuid, "hypervisor", h.opts.URI)
 		return
 	}
 	h.mu.Lock()
+	_, wasBad := h.bad[fresh.UUID]
+	delete(h.bad, fresh.UUID)
 	prev, had := h.domains.byUUID[fresh.UUID]
 	fresh.carryOver(prev, had, time.Now())
 	if had && fresh.State.Down() && !prev.State.Down() {
@@ -189,6 +228,9 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 	h.mu.Unlock()
 	if !had || prev.State != fresh.State {
 		h.subs.publish(Event{Domain: fresh})
+	}
+	if wasBad {
+		h.reportBad(log, nil, []Domain{fresh})
 	}
 }
 

@@ -1,6 +1,7 @@
 package libvirtcloud
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,4 +51,28 @@ func TestParseDomainXMLMemoryUnitsAndMetadata(t *testing.T) {
 	if _, err := parseDomainXML("<domain"); err == nil {
 		t.Error("malformed XML accepted")
 	}
+}
+
+// FuzzParseDomainXML: no definition crashes the parser, and what it
+// accepts comes out in the cache's canonical form.
+func FuzzParseDomainXML(f *testing.F) {
+	f.Add(`<domain type='kvm'><name>n</name><uuid>AAAAAAAA-0000-0000-0000-000000000001</uuid><memory unit='GiB'>2</memory>` +
+		`<devices><interface type='network'><mac address='52:54:00:AA:BB:CC'/><source network='labnet'/></interface></devices></domain>`)
+	f.Add(`<domain type='test'><name>bad</name><devices><interface type='network'><mac address='52:54:00:00:00:77'/>` +
+		`<bandwidth><inbound average='9999999999999999999'/></bandwidth></interface></devices></domain>`)
+	f.Add(`<domain><metadata><l:instance xmlns:l='https://labcloud.io/xmlns/domain/1'><l:instance-type>x</l:instance-type></l:instance></metadata></domain>`)
+	f.Fuzz(func(t *testing.T, desc string) {
+		d, err := parseDomainXML(desc)
+		if err != nil {
+			return
+		}
+		if d.UUID != strings.ToLower(d.UUID) {
+			t.Errorf("UUID %q not lower case", d.UUID)
+		}
+		for _, i := range d.Interfaces {
+			if i.MAC != strings.ToLower(i.MAC) {
+				t.Errorf("MAC %q not lower case", i.MAC)
+			}
+		}
+	})
 }

@@ -7,6 +7,11 @@ import "sync"
 type Event struct {
 	Domain  Domain
 	Removed bool
+	// Unparsable is set when the domain was found unparsable, or for a new
+	// reason: it left the cache, and Domain holds only its UUID, name, zone
+	// and state. Once per domain and reason; Hypervisor.Unparsable lists
+	// all of them.
+	Unparsable *UnparsableDomain
 }
 
 // subscribers fans events out to every subscriber. A subscriber that does

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"libvirt.org/go/libvirt"
 
@@ -59,12 +60,17 @@ type Hypervisor struct {
 	domains  index
 	leases   map[string][]netip.Addr // mac → addresses from DHCP leases
 	leasesAt time.Time
-	agent    map[string]agentAnswer // uuid → addresses from the guest agent
-	synced   bool                   // the cache reflects a full listing
+	agent    map[string]agentAnswer      // uuid → addresses from the guest agent
+	bad      map[string]UnparsableDomain // uuid → domains left out of domains
+	synced   bool                        // the cache reflects a full listing
 
 	neighMu sync.Mutex // one read of the neighbour table at a time
 	neigh   map[string][]netip.Addr
 	neighAt time.Time
+
+	log      logr.Logger                          // for lookups, which have no context
+	after    func(time.Duration) <-chan time.Time // waits between connection attempts
+	connects int                                  // connections made; only run touches it
 
 	calls   atomic.Uint64
 	raw     chan rawEvent
@@ -89,27 +95,35 @@ func Open(ctx context.Context, opts Options) (*Hypervisor, error) {
 	if err := startEventLoop(); err != nil {
 		return nil, err
 	}
+	h := newHypervisor(ctx, opts)
+	go func() {
+		defer close(h.stopped)
+		h.run(ctx)
+	}()
+	return h, nil
+}
+
+// newHypervisor is a Hypervisor with its defaults, not yet running.
+func newHypervisor(ctx context.Context, opts Options) *Hypervisor {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = 5 * time.Minute
 	}
 	if opts.Neighbours == nil {
 		opts.Neighbours = func() (map[string][]netip.Addr, error) { return neighbourTable(&netlink.Handle{}) }
 	}
-	h := &Hypervisor{
+	return &Hypervisor{
 		opts:    opts,
 		domains: newIndex(),
 		leases:  map[string][]netip.Addr{},
 		agent:   map[string]agentAnswer{},
+		bad:     map[string]UnparsableDomain{},
+		log:     klog.FromContext(ctx),
+		after:   time.After,
 		raw:     make(chan rawEvent, 4096),
 		lost:    make(chan struct{}, 1),
 		started: make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
-	go func() {
-		defer close(h.stopped)
-		h.run(ctx)
-	}()
-	return h, nil
 }
 
 // Zone is the zone this hypervisor stands for.
@@ -132,6 +146,7 @@ func (h *Hypervisor) called(call string, start time.Time) {
 // cached publishes the cache's size. Callers hold mu.
 func (h *Hypervisor) cached() {
 	metrics.LibvirtDomains.WithLabelValues(h.opts.Zone).Set(float64(len(h.domains.byUUID)))
+	metrics.LibvirtUnparsableDomains.WithLabelValues(h.opts.Zone).Set(float64(len(h.bad)))
 }
 
 // WaitSynced blocks until the first full listing is cached or ctx ends.
@@ -153,34 +168,27 @@ func (h *Hypervisor) Connected() bool {
 
 func (h *Hypervisor) run(ctx context.Context) {
 	log := klog.FromContext(ctx).WithValues("hypervisor", h.opts.URI)
-	backoff := wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: 15 * time.Second, Steps: 1 << 30}
-	delay := time.Duration(0)
-	connected := false // once: later connections are reconnects
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		conn, callbackIDs, err := h.connect()
-		if err != nil {
-			delay = backoff.Step()
-			log.Error(err, "Cannot connect to hypervisor; retrying", "in", delay)
-			continue
-		}
-		log.Info("Connected to hypervisor")
-		if connected {
-			metrics.LibvirtReconnects.WithLabelValues(h.opts.Zone).Inc()
-		}
-		connected = true
-		backoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: 15 * time.Second, Steps: 1 << 30}
-		delay = 0
-		err = h.serve(ctx, conn)
-		h.disconnect(conn, callbackIDs)
-		if err != nil {
-			log.Error(err, "Lost hypervisor connection; reconnecting")
-		}
+	reconnect(ctx, log, &backoff{rand: rand.Float64}, h.after, func(ctx context.Context) attempt {
+		return h.session(ctx, log)
+	})
+}
+
+// session makes one connection and serves the cache from it until it is
+// lost or ctx ends.
+func (h *Hypervisor) session(ctx context.Context, log logr.Logger) attempt {
+	conn, callbackIDs, err := h.connect()
+	if err != nil {
+		return attempt{err: err}
 	}
+	log.Info("Connected to hypervisor")
+	if h.connects > 0 {
+		metrics.LibvirtReconnects.WithLabelValues(h.opts.Zone).Inc()
+	}
+	h.connects++
+	start := time.Now()
+	err = h.serve(ctx, conn)
+	h.disconnect(conn, callbackIDs)
+	return attempt{connected: true, served: time.Since(start), err: err}
 }
 
 func (h *Hypervisor) connect() (*libvirt.Connect, []int, error) {

@@ -20,6 +20,12 @@ import (
 // shut off, crashed, without interfaces, with an instance-type override.
 func openFixture(t *testing.T, opts Options) *Hypervisor {
 	t.Helper()
+	return openFixtureCtx(t, context.Background(), opts)
+}
+
+// openFixtureCtx is openFixture with a parent context, e.g. to log.
+func openFixtureCtx(t *testing.T, parent context.Context, opts Options) *Hypervisor {
+	t.Helper()
 	path, err := filepath.Abs("testdata/hosts.xml")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +36,7 @@ func openFixture(t *testing.T, opts Options) *Hypervisor {
 	if opts.Zone == "" {
 		opts.Zone = "zone-a"
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	t.Cleanup(cancel)
 	h, err := Open(ctx, opts)
 	if err != nil {
@@ -238,17 +244,7 @@ func TestLifecycleEventsUpdateCacheAndSubscribers(t *testing.T) {
 
 	wait := func(what string, match func(Event) bool) {
 		t.Helper()
-		timeout := time.After(10 * time.Second)
-		for {
-			select {
-			case e := <-events:
-				if e.Domain.UUID == uuid && match(e) {
-					return
-				}
-			case <-timeout:
-				t.Fatalf("no %s event within 10s", what)
-			}
-		}
+		waitEvent(t, events, what, func(e Event) bool { return e.Domain.UUID == uuid && match(e) })
 	}
 	before := time.Now()
 	if err := dom.Destroy(); err != nil {
@@ -297,9 +293,8 @@ func TestStateFoundDownAfterAnEventKeepsTheEventTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	h := &Hypervisor{opts: Options{URI: "test://" + path, Zone: "zone-a", Neighbours: noNeighbours},
-		domains: newIndex(), leases: map[string][]netip.Addr{}, agent: map[string]agentAnswer{}}
 	ctx := context.Background()
+	h := newHypervisor(ctx, Options{URI: "test://" + path, Zone: "zone-a", Neighbours: noNeighbours})
 	if err := h.resync(ctx, conn, true); err != nil {
 		t.Fatal(err)
 	}

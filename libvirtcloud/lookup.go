@@ -28,9 +28,13 @@ func (h *Hypervisor) DomainByUUID(uuid string) (Domain, error) {
 	}
 	h.mu.RLock()
 	d, ok := h.domains.byUUID[uuid]
+	bad, isBad := h.bad[uuid]
 	h.mu.RUnlock()
 	if ok {
 		return d, nil
+	}
+	if isBad {
+		return Domain{}, &unparsableError{domain: bad, uri: h.opts.URI}
 	}
 	return h.lookup(fmt.Sprintf("uuid %s", uuid), "LookupDomainByUUIDString", func(c *libvirt.Connect) (*libvirt.Domain, error) {
 		return c.LookupDomainByUUIDString(uuid)
@@ -44,9 +48,17 @@ func (h *Hypervisor) DomainByName(name string) (Domain, error) {
 	}
 	h.mu.RLock()
 	d, ok := h.domains.byNameLookup(name)
+	var bad UnparsableDomain
+	isBad := false
+	if !ok {
+		bad, isBad = h.badByName(name)
+	}
 	h.mu.RUnlock()
 	if ok {
 		return d, nil
+	}
+	if isBad {
+		return Domain{}, &unparsableError{domain: bad, uri: h.opts.URI}
 	}
 	return h.lookup(fmt.Sprintf("name %q", name), "LookupDomainByName", func(c *libvirt.Connect) (*libvirt.Domain, error) {
 		return c.LookupDomainByName(name)
@@ -68,10 +80,14 @@ func (h *Hypervisor) lookup(what, call string, find func(*libvirt.Connect) (*lib
 		d, err = h.describe(dom)
 		return err
 	})
+	var unparsable *unparsableError
 	switch {
 	case isNoDomain(err):
 		return Domain{}, fmt.Errorf("domain with %s on %s: %w", what, h.opts.URI, ErrNotFound)
 	case errors.Is(err, ErrUnavailable):
+		return Domain{}, err
+	case errors.As(err, &unparsable):
+		h.noteBad(h.log, unparsable.domain)
 		return Domain{}, err
 	case err != nil:
 		return Domain{}, fmt.Errorf("domain with %s on %s: %w: %w", what, h.opts.URI, ErrUnavailable, err)

@@ -130,6 +130,13 @@ var (
 		Help:           "Domains held in a hypervisor's cache.",
 		StabilityLevel: k8smetrics.ALPHA,
 	}, []string{"zone"})
+	// LibvirtUnparsableDomains is the number of a hypervisor's domains
+	// left out of its cache because their definition cannot be parsed.
+	LibvirtUnparsableDomains = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
+		Namespace: namespace, Subsystem: "libvirt", Name: "unparsable_domains",
+		Help:           "Domains of a hypervisor left out of its cache because their definition cannot be parsed; lookups of them fail until it can.",
+		StabilityLevel: k8smetrics.ALPHA,
+	}, []string{"zone"})
 	// RouteWrites counts netlink route writes.
 	RouteWrites = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Namespace: namespace, Subsystem: "routes", Name: "writes_total",
@@ -153,7 +160,7 @@ func Register() {
 		legacyregistry.MustRegister(
 			PoolAddresses, PoolAddressesInUse, Allocations, Releases, IPConflicts,
 			VIPMoves, FailoverSeconds, PlacementPassSeconds, ARPReplies,
-			LibvirtReconnects, LibvirtCallSeconds, LibvirtDomains,
+			LibvirtReconnects, LibvirtCallSeconds, LibvirtDomains, LibvirtUnparsableDomains,
 			RouteWrites, BuildInfo,
 		)
 		BuildInfo.WithLabelValues(version.Get(), runtime.Version()).Set(1)

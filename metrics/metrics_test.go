@@ -27,6 +27,7 @@ func TestRegistered(t *testing.T) {
 	LibvirtReconnects.WithLabelValues("z").Inc()
 	LibvirtCallSeconds.WithLabelValues("GetState").Observe(0.001)
 	LibvirtDomains.WithLabelValues("z").Set(2)
+	LibvirtUnparsableDomains.WithLabelValues("z").Set(1)
 	RouteWrites.WithLabelValues(OpAdd).Inc()
 
 	families, err := legacyregistry.DefaultGatherer.Gather()
@@ -60,8 +61,8 @@ func TestRegistered(t *testing.T) {
 			}
 		}
 	}
-	if len(found) != 14 {
-		t.Errorf("%d labcloud_* metrics gathered (%v), want 14", len(found), found)
+	if len(found) != 15 {
+		t.Errorf("%d labcloud_* metrics gathered (%v), want 15", len(found), found)
 	}
 	problems, err := testutil.NewPromLinter(&text).Lint()
 	if err != nil {

@@ -46,6 +46,7 @@ type Cloud struct {
 	routes      *routes          // nil unless routes.bridge is configured
 	lb          *loadBalancer    // nil unless loadBalancer.bridge is configured
 	lbOff       *loadBalancerOff // serves LoadBalancer Services while lb is nil
+	unparsable  *unparsableReporter
 	ctx         context.Context
 	runCtx      context.Context      // from Initialize: ends when the CCM stops
 	client      kubernetes.Interface // from Initialize, for the components
@@ -67,6 +68,7 @@ var (
 func New(cfg Config, hypervisors []Hypervisor) *Cloud {
 	c := &Cloud{cfg: cfg, hypervisors: hypervisors}
 	c.instances = &instances{cfg: &c.cfg, hypervisors: hypervisors}
+	c.unparsable = newUnparsableReporter(hypervisors)
 	if cfg.LoadBalancer.Bridge == "" {
 		c.lbOff = &loadBalancerOff{}
 	}
@@ -201,6 +203,9 @@ const eventCorrelatorObjects = 256
 
 func (c *Cloud) components() []component {
 	var parts []component
+	if len(c.unparsable.sources) > 0 {
+		parts = append(parts, c.unparsable)
+	}
 	if c.routes != nil {
 		parts = append(parts, c.routes)
 	}
@@ -233,6 +238,12 @@ func (c *Cloud) Clusters() (cloudprovider.Clusters, bool) { return nil, false }
 
 // Routes programs pod-CIDR routes on the bridge, when one is configured.
 func (c *Cloud) Routes() (cloudprovider.Routes, bool) { return c.routes, c.routes != nil }
+
+// LoadBalancerClass is the loadBalancerClass this CCM serves ("" for
+// none) and whether it serves Services without a class.
+func (c *Cloud) LoadBalancerClass() (class string, serveClassless bool) {
+	return c.cfg.LoadBalancer.Class, c.cfg.LoadBalancer.ServesClassless()
+}
 
 // LoadBalancer serves Services of type LoadBalancer; without a configured
 // bridge and pools it tells each Service what to set.

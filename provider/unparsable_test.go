@@ -1,0 +1,80 @@
+package provider
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+// skippingHypervisor is a Hypervisor that skipped some domains before it
+// was subscribed to, and reports more on its channel.
+type skippingHypervisor struct {
+	Hypervisor
+	before []libvirtcloud.UnparsableDomain
+	events chan libvirtcloud.Event
+}
+
+func (h *skippingHypervisor) Subscribe() (<-chan libvirtcloud.Event, func()) {
+	return h.events, func() {}
+}
+func (h *skippingHypervisor) Unparsable() []libvirtcloud.UnparsableDomain { return h.before }
+
+// TestUnparsableDomainWarnsOnItsNode: a Warning on the Node whose domain
+// was skipped (matched by providerID, then by name), once per reason; none
+// for a domain no Node has.
+func TestUnparsableDomainWarnsOnItsNode(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	byID := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Spec: v1.NodeSpec{ProviderID: ProviderID("aaaa")}}
+	byName := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}
+	client := fake.NewClientset(byID, byName)
+	bad := func(uuid, name, reason string) libvirtcloud.UnparsableDomain {
+		return libvirtcloud.UnparsableDomain{UUID: uuid, Name: name, Hypervisor: "zone-a", Reason: reason}
+	}
+	h := &skippingHypervisor{before: []libvirtcloud.UnparsableDomain{bad("aaaa", "dom-a", "value out of range")},
+		events: make(chan libvirtcloud.Event, 8)}
+	r := newUnparsableReporter([]Hypervisor{h})
+	rec := record.NewFakeRecorder(16)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	if err := r.start(ctx, client, factory, rec); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	for _, d := range []libvirtcloud.UnparsableDomain{
+		bad("aaaa", "dom-a", "value out of range"), // the same again: not news
+		bad("bbbb", "node-b", "bad memory unit"),
+		bad("cccc", "no-node", "bad memory unit"),
+		bad("aaaa", "dom-a", "another reason"),
+	} {
+		h.events <- libvirtcloud.Event{Unparsable: &d}
+	}
+	var got []string
+	timeout := time.After(5 * time.Second)
+	for len(got) < 3 {
+		select {
+		case e := <-rec.Events:
+			got = append(got, e)
+		case <-timeout:
+			t.Fatalf("events so far: %q", got)
+		}
+	}
+	select {
+	case e := <-rec.Events:
+		t.Errorf("one event too many: %q", e)
+	case <-time.After(300 * time.Millisecond):
+	}
+	for i, want := range []string{"domain dom-a (uuid aaaa) on zone-a cannot be parsed: value out of range", "domain node-b (uuid bbbb)", "another reason"} {
+		if !strings.HasPrefix(got[i], "Warning "+EventDomainUnparsable+" ") || !strings.Contains(got[i], want) {
+			t.Errorf("event %d = %q, want a %s Warning with %q", i, got[i], EventDomainUnparsable, want)
+		}
+	}
+}
