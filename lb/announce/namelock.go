@@ -2,21 +2,20 @@ package announce
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
 	"sync"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/go-logr/logr"
 )
 
 // nameLock holds an abstract name with a listening socket. It keeps every
-// connection made to it open until the peer closes it or the name is
-// released, so that a connected peer learns of the release (or of this
-// process's death) at once, by end of file.
+// connection a process of ours makes to it open until the peer closes it
+// or the name is released, so that a connected peer learns of the release
+// (or of this process's death) at once, by end of file. Connections from
+// anyone else are closed at once and wake no one.
 type nameLock struct {
-	ln *net.UnixListener
+	name string
+	ln   *net.UnixListener
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -24,22 +23,30 @@ type nameLock struct {
 }
 
 // claim takes name; an error wrapping unix.EADDRINUSE if someone holds it.
-// onConn, if not nil, is called for each connection made to it.
-func claim(name string, onConn func()) (*nameLock, error) {
+// onConn, if not nil, is called for each connection a process of ours
+// makes to it.
+func claim(log logr.Logger, name string, onConn func()) (*nameLock, error) {
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
 	if err != nil {
 		return nil, err
 	}
-	n := &nameLock{ln: ln, conns: map[net.Conn]struct{}{}}
-	go n.serve(onConn)
+	n := &nameLock{name: name, ln: ln, conns: map[net.Conn]struct{}{}}
+	go n.serve(log, onConn)
 	return n, nil
 }
 
-func (n *nameLock) serve(onConn func()) {
+func (n *nameLock) serve(log logr.Logger, onConn func()) {
 	for {
-		c, err := n.ln.Accept()
+		c, err := n.ln.AcceptUnix()
 		if err != nil {
 			return // released
+		}
+		if cred, err := peerCred(c); err != nil || !trusted(cred.Uid) {
+			if err == nil {
+				log.V(2).Info("Closed a connection from a process not ours", "name", n.name, "pid", cred.Pid, "uid", cred.Uid)
+			}
+			c.Close()
+			continue
 		}
 		n.mu.Lock()
 		if n.closed {
@@ -80,14 +87,18 @@ func (n *nameLock) release() {
 	}
 }
 
-// watch reports whether someone holds name and, if so, returns a channel
-// closed the moment they let go of it (or ctx ends). The channel is nil
-// (never ready) if the name cannot be watched, e.g. one held by an
-// older version's plain socket: callers poll then.
-func watch(ctx context.Context, name string) (<-chan struct{}, bool) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: name, Net: "unixpacket"})
+// watch connects to the process of ours listening on name and returns a
+// channel closed the moment it lets go of the name (or ctx ends); nil if
+// no process of ours listens there (any more), or it cannot be reached:
+// callers poll then.
+func watch(ctx context.Context, name string) <-chan struct{} {
+	c, cred, err := dial(name)
 	if err != nil {
-		return nil, !errors.Is(err, unix.ECONNREFUSED) && !errors.Is(err, unix.ENOENT)
+		return nil
+	}
+	if !trusted(cred.Uid) {
+		c.Close()
+		return nil
 	}
 	gone := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -102,33 +113,5 @@ func watch(ctx context.Context, name string) (<-chan struct{}, bool) {
 			}
 		}
 	}()
-	return gone, true
-}
-
-// await claims name, waiting until ctx ends for whoever holds it to let go.
-func await(ctx context.Context, name string, onConn func()) (*nameLock, error) {
-	for {
-		n, err := claim(name, onConn)
-		if err == nil {
-			return n, nil
-		}
-		if !errors.Is(err, unix.EADDRINUSE) {
-			return nil, fmt.Errorf("claiming %s: %w", name, err)
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		gone, held := watch(wctx, name)
-		var retry <-chan time.Time
-		if !held || gone == nil {
-			// Between the other side's bind and listen, or not watchable.
-			retry = time.After(5 * time.Millisecond)
-		}
-		select {
-		case <-ctx.Done():
-			cancel()
-			return nil, fmt.Errorf("waiting for %s: %w", name, ctx.Err())
-		case <-gone:
-		case <-retry:
-		}
-		cancel()
-	}
+	return gone
 }

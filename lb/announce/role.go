@@ -2,6 +2,7 @@ package announce
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"time"
@@ -15,8 +16,9 @@ import (
 // or the API server is unreachable and the leader exited when it could not
 // renew its lease).
 //
-// Two names in the abstract Unix socket namespace of the bridge's network
-// namespace do it, each held by a listening socket:
+// Two locks in the abstract Unix socket namespace of the bridge's network
+// namespace do it, each held by a listening socket; any local user can
+// bind such a name, so only root's sockets count (see names):
 //   - "leader": held by the replica that leads (Lead), for its lifetime;
 //   - "host": held by whoever answers on the bridge.
 //
@@ -41,8 +43,8 @@ import (
 type Role struct {
 	a      *Announcer
 	keep   func(netip.Addr) bool
-	leader string
-	host   string
+	leader *names
+	host   *names
 	poll   time.Duration
 	wake   chan struct{} // wakes the stand-in loop
 
@@ -50,23 +52,21 @@ type Role struct {
 	hostLock   *nameLock // nil unless this process holds "host"
 	leaderLock *nameLock // nil unless this process leads
 	leading    bool
-	// watches are the stand-in's open watches of names others hold.
-	watches map[string]<-chan struct{}
 }
 
 // NewRole coordinates a on the host under id (e.g. the bridge name; names
 // are per network namespace). keep filters the recorded neighbour entries
 // a stand-in answers for (e.g. addresses in the pools).
 func NewRole(a *Announcer, id string, keep func(netip.Addr) bool) *Role {
-	return &Role{
-		a:       a,
-		keep:    keep,
-		leader:  "@labcloud/announce/" + id + "/leader",
-		host:    "@labcloud/announce/" + id + "/host",
-		poll:    50 * time.Millisecond,
-		wake:    make(chan struct{}, 1),
-		watches: map[string]<-chan struct{}{},
+	r := &Role{
+		a:      a,
+		keep:   keep,
+		leader: newNames("@labcloud/announce/"+id+"/leader", nil),
+		poll:   50 * time.Millisecond,
+		wake:   make(chan struct{}, 1),
 	}
+	r.host = newNames("@labcloud/announce/"+id+"/host", r.poke)
+	return r
 }
 
 func (r *Role) poke() {
@@ -114,10 +114,15 @@ func (r *Role) standTick(ctx context.Context) (<-chan struct{}, bool) {
 	if r.leading {
 		return nil, false
 	}
-	if gone, led := r.watch(ctx, r.leader); led {
+	if ctx.Err() != nil {
+		// Ended (perhaps while this process led): stand in no more.
+		r.dropHost()
+		return nil, false
+	}
+	if gone, led := r.leader.watch(ctx); led {
 		if r.hostLock != nil {
-			r.dropHost()
 			log.Info("A leader answers on the bridge again; standing down")
+			r.dropHost()
 		}
 		return gone, true
 	}
@@ -125,11 +130,19 @@ func (r *Role) standTick(ctx context.Context) (<-chan struct{}, bool) {
 		r.adoptRecord(ctx)
 		return nil, true
 	}
-	hostLock, err := claim(r.host, r.poke)
+	hostLock, err := r.host.try(ctx)
 	if err != nil {
+		var held *heldError
+		switch {
+		case !errors.As(err, &held):
+			r.host.fail(ctx, err)
+			return nil, true
+		case held.contended:
+			return nil, true // both let go: retry at the next tick
+		}
 		// Another stand-in answers: take over the moment it goes.
-		gone, held := r.watch(ctx, r.host)
-		if !held {
+		gone, ok := r.host.watch(ctx)
+		if !ok {
 			r.poke() // freed meanwhile (a dying leader's last names)
 		}
 		return gone, true
@@ -137,26 +150,8 @@ func (r *Role) standTick(ctx context.Context) (<-chan struct{}, bool) {
 	r.hostLock = hostLock
 	r.adoptRecord(ctx)
 	r.a.SetActive(true)
-	log.Info("No leader answers on the bridge; answering from the host's neighbour entries", "vips", len(r.a.Answering()))
+	log.Info("No leader answers on the bridge; answering from the host's neighbour entries", "vips", len(r.a.Answering()), "name", hostLock.name)
 	return nil, true
-}
-
-// watch is the package's watch, keeping one connection per name while
-// whoever holds it lives. Callers hold mu.
-func (r *Role) watch(ctx context.Context, name string) (<-chan struct{}, bool) {
-	if g, ok := r.watches[name]; ok {
-		select {
-		case <-g:
-			delete(r.watches, name)
-		default:
-			return g, true
-		}
-	}
-	g, held := watch(ctx, name)
-	if g != nil {
-		r.watches[name] = g
-	}
-	return g, held
 }
 
 func (r *Role) adoptRecord(ctx context.Context) {
@@ -193,7 +188,7 @@ func (r *Role) dropHost() {
 // (or the process dies).
 func (r *Role) Lead(ctx context.Context) error {
 	log := klog.FromContext(ctx)
-	leaderLock, err := await(ctx, r.leader, nil)
+	leaderLock, err := r.leader.await(ctx)
 	if err != nil {
 		return err
 	}
@@ -201,8 +196,9 @@ func (r *Role) Lead(ctx context.Context) error {
 	r.leaderLock, r.leading = leaderLock, true
 	holding := r.hostLock != nil
 	r.mu.Unlock()
+	r.poke() // the stand-in loop ends now, not once this lead is over
 	if !holding {
-		hostLock, err := await(ctx, r.host, nil)
+		hostLock, err := r.host.await(ctx)
 		if err != nil {
 			r.release()
 			return err
@@ -213,7 +209,7 @@ func (r *Role) Lead(ctx context.Context) error {
 		r.mu.Unlock()
 	}
 	r.a.SetActive(true)
-	log.Info("Leading: answering on the bridge")
+	log.Info("Leading: answering on the bridge", "name", leaderLock.name)
 	go func() {
 		<-ctx.Done()
 		r.release()

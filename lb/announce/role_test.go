@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/mdlayher/arp"
 )
 
@@ -105,19 +106,27 @@ func TestRoleOneAnswererAtATime(t *testing.T) {
 	}
 }
 
+func everyVIP(netip.Addr) bool { return true }
+
+// onOneHost returns two replicas' fixtures on one host (one neighbour
+// table), whose record says mac last answered for vip.
+func onOneHost(t *testing.T, mac net.HardwareAddr) (*fixture, *fixture) {
+	t.Helper()
+	a, b := newFixture(t, testOptions()), newFixture(t, testOptions())
+	b.a.neigh = a.neigh
+	if err := a.neigh.NeighSet(a.a.neighbour(vip, mac)); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
 // TestRoleLeaderWaitsForStandIn: a leader in another process waits until
 // the stand-in has stopped answering.
 func TestRoleLeaderWaitsForStandIn(t *testing.T) {
 	id := fmt.Sprintf("test-%d", time.Now().UnixNano())
-	opts := testOptions()
-	a, b := newFixture(t, opts), newFixture(t, opts)
-	b.a.neigh = a.neigh
-	if err := a.neigh.NeighSet(a.a.neighbour(vip, node2MAC)); err != nil {
-		t.Fatal(err)
-	}
-	all := func(netip.Addr) bool { return true }
+	a, b := onOneHost(t, node2MAC)
 	ctx := testContext(t)
-	rs := NewRole(a.a, id, all)
+	rs := NewRole(a.a, id, everyVIP)
 	rs.poll = 10 * time.Millisecond
 	rs.Stand(ctx)
 	a.run()
@@ -127,7 +136,7 @@ func TestRoleLeaderWaitsForStandIn(t *testing.T) {
 	if got := a.answer(wait); got != node2MAC.String() {
 		t.Fatalf("stand-in answered %q, want the recorded %s", got, node2MAC)
 	}
-	rl := NewRole(b.a, id, all)
+	rl := NewRole(b.a, id, everyVIP)
 	rl.Stand(ctx)
 	b.run()
 	if err := rl.Lead(ctx); err != nil {
@@ -153,14 +162,31 @@ func TestRoleChildLeader(t *testing.T) {
 		t.Skip("only run as TestRoleKilledLeader's child process")
 	}
 	r := NewRole(nil, id, nil)
-	if _, err := claim(r.leader, nil); err != nil {
+	if _, err := claim(logr.Discard(), r.leader.base, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claim(r.host, nil); err != nil {
+	if _, err := claim(logr.Discard(), r.host.base, nil); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("holding")
 	time.Sleep(time.Minute)
+}
+
+// startHolding starts a child process that prints "holding" once it holds
+// its names, waits for that, and kills it at cleanup.
+func startHolding(t *testing.T, child *exec.Cmd) {
+	t.Helper()
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "holding\n" {
+		t.Fatalf("%s: %q %v", child.Args, line, err)
+	}
 }
 
 // TestRoleKilledLeader: the leader's process is SIGKILLed; the stand-in
@@ -175,17 +201,7 @@ func TestRoleKilledLeader(t *testing.T) {
 	}
 	child := exec.Command(os.Args[0], "-test.run=^TestRoleChildLeader$", "-test.count=1")
 	child.Env = append(os.Environ(), roleChildEnv+"="+id)
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "holding\n" {
-		t.Fatalf("child leader: %q %v", line, err)
-	}
+	startHolding(t, child)
 
 	r := NewRole(f.a, id, func(netip.Addr) bool { return true })
 	r.poll = time.Hour

@@ -29,17 +29,7 @@ func TestRunsInTheUnitsSandbox(t *testing.T) {
 		announceInSandbox(t, bridge)
 		return
 	}
-	requireRoot(t)
-	sandbox, err := examples.CCMSandbox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Fatalf("setpriv (util-linux) is needed to start the announcer confined as the unit: %v", err)
-	}
-	ns := fmt.Sprintf("lc-sandbox-%d", os.Getpid())
-	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	sandbox, ns := sandboxNetns(t, "lc-sandbox")
 	run(t, "ip", "-n", ns, "link", "add", "br-sb", "address", "02:78:00:00:00:01", "type", "bridge")
 	run(t, "ip", "-n", ns, "addr", "add", "10.78.0.1/24", "dev", "br-sb")
 	run(t, "ip", "-n", ns, "link", "set", "br-sb", "up")
@@ -104,6 +94,24 @@ func announceInSandbox(t *testing.T, bridge string) {
 		t.Fatalf("stats %+v: want gratuitous ARP written without errors", s)
 	}
 	t.Log("announced in the sandbox")
+}
+
+// sandboxNetns skips unless root, and returns the unit's sandbox and a new
+// network namespace, deleted at cleanup.
+func sandboxNetns(t *testing.T, prefix string) (examples.Sandbox, string) {
+	t.Helper()
+	requireRoot(t)
+	sandbox, err := examples.CCMSandbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Fatalf("setpriv (util-linux) is needed to start a process confined as the unit: %v", err)
+	}
+	ns := fmt.Sprintf("%s-%d", prefix, os.Getpid())
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	return sandbox, ns
 }
 
 func run(t *testing.T, name string, args ...string) string {
