@@ -203,7 +203,7 @@ const eventCorrelatorObjects = 256
 
 func (c *Cloud) components() []component {
 	var parts []component
-	if len(c.unparsable.sources) > 0 {
+	if c.unparsable != nil && len(c.unparsable.sources) > 0 {
 		parts = append(parts, c.unparsable)
 	}
 	if c.routes != nil {
