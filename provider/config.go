@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/labcloud/labcloud/lb"
@@ -66,6 +69,29 @@ type LoadBalancerConfig struct {
 	// node that may answer the VIP, or RoutedAnnouncer through the
 	// answering node alone.
 	RoutedTraffic string `json:"routedTraffic"`
+	// Class, when set, is the loadBalancerClass (e.g. ExampleClass) whose
+	// Services this CCM serves besides those without a class.
+	Class string `json:"class"`
+	// ServeClassless says whether Services without a loadBalancerClass
+	// are served too (nil: yes).
+	ServeClassless *bool `json:"serveClassless"`
+}
+
+// ExampleClass is the loadBalancerClass the documents and errors suggest.
+const ExampleClass = "lb.labcloud.io/l2"
+
+// ServesClassless reports whether Services without a loadBalancerClass
+// are served.
+func (c LoadBalancerConfig) ServesClassless() bool {
+	return c.ServeClassless == nil || *c.ServeClassless
+}
+
+// Serves reports whether this CCM serves svc's load balancer.
+func (c LoadBalancerConfig) Serves(svc *v1.Service) bool {
+	if svc.Spec.LoadBalancerClass == nil {
+		return c.ServesClassless()
+	}
+	return c.Class != "" && *svc.Spec.LoadBalancerClass == c.Class
 }
 
 // loadBalancer.routedTraffic values.
@@ -116,6 +142,7 @@ func DefaultConfig() Config {
 		Hypervisors:    []HypervisorConfig{{URI: "qemu:///system"}},
 		AddressSources: []string{SourceDHCPLeases, SourceARP},
 		ResyncPeriod:   metav1.Duration{Duration: 5 * time.Minute},
+		LoadBalancer:   LoadBalancerConfig{ServeClassless: ptr.To(true)},
 	}
 }
 
@@ -247,6 +274,14 @@ func (c *Config) complete() error {
 		}
 		if _, err := lb.NewPools(lbc.Pools); err != nil {
 			errs = append(errs, fmt.Errorf("loadBalancer.pools: %w", err))
+		}
+		if lbc.Class != "" {
+			if problems := validation.IsQualifiedName(lbc.Class); len(problems) > 0 || !strings.Contains(lbc.Class, "/") {
+				bad("loadBalancer.class", lbc.Class, "must be a label-style key with a domain prefix, e.g. "+ExampleClass)
+			}
+		}
+		if lbc.Class == "" && !lbc.ServesClassless() {
+			bad("loadBalancer.serveClassless", false, "with no loadBalancer.class, no Service would be served")
 		}
 		switch lbc.RoutedTraffic {
 		case "":

@@ -57,27 +57,33 @@ var _ Announcer = (*announce.Announcer)(nil)
 // the same values, are the Announced condition's reasons, about all of a
 // Service's VIPs.
 const (
-	ReasonAllocated      = "IPAllocated"
-	ReasonVIPAnnounced   = "Announced"      // a VIP no node answered is answered now
-	ReasonVIPMoved       = "AnnouncerMoved" // another node answers a VIP now
-	ReasonNoNodeForVIP   = "NoEligibleNode" // no node may answer a VIP
-	ReasonConflict       = "IPConflict"
-	ReasonExhausted      = "PoolExhausted"
-	ReasonInvalidRequest = "InvalidRequest"
-	ReasonNotInPool      = "IPNotInPool"
-	ReasonTaken          = "IPTaken"
-	ReasonReleased       = "IPReleased"
-	ReasonNotForNS       = "PoolNotForNamespace"
+	ReasonAllocated       = "IPAllocated"
+	ReasonVIPAnnounced    = "Announced"      // a VIP no node answered is answered now
+	ReasonVIPMoved        = "AnnouncerMoved" // another node answers a VIP now
+	ReasonNoNodeForVIP    = "NoEligibleNode" // no node may answer a VIP
+	ReasonConflict        = "IPConflict"
+	ReasonExhausted       = "PoolExhausted"
+	ReasonInvalidRequest  = "InvalidRequest"
+	ReasonNotInPool       = "IPNotInPool"
+	ReasonTaken           = "IPTaken"
+	ReasonReleased        = "IPReleased"
+	ReasonNotForNS        = "PoolNotForNamespace"
+	ReasonFamilyNotServed = "IPFamilyNotServed"
 )
 
-// waitRetry is how soon a Service waiting for an address (pool exhausted,
-// requested address taken) is synced again: the service controller requeues
-// it after this delay instead of backing off, so a freed address is picked
-// up within seconds without writing to any Service.
-const waitRetry = 3 * time.Second
+// A Service waiting for an address (pool exhausted, requested address
+// taken) is synced again after waitRetry, then after twice as long each
+// time it waits for the same request, up to maxWaitRetry: a freed address
+// is picked up within seconds by a Service that just began to wait, and
+// thousands of Services waiting for good cost little.
+const (
+	waitRetry    = 3 * time.Second
+	maxWaitRetry = 2 * time.Minute
+)
 
 type loadBalancer struct {
 	bridge string
+	serves func(*v1.Service) bool // whether a Service is this CCM's to serve (class)
 	alloc  *lb.Allocator
 	// namespaces reads a Service's namespace labels, for pools with a
 	// namespaceSelector; nil when no pool has one.
@@ -92,7 +98,8 @@ type loadBalancer struct {
 	recorder record.EventRecorder
 
 	mu     sync.Mutex
-	warned map[string]string // service → the request error last reported
+	warned map[string]string    // service → the request error last reported
+	waits  map[string]waitState // service → how long it waits for an address now
 
 	announcerStopped atomic.Pointer[error] // why the announcer stopped before the CCM did
 }
@@ -148,6 +155,7 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 	alloc := lb.NewAllocator(pools.Excluding(excluded))
 	return &loadBalancer{
 		bridge:    cfg.Bridge,
+		serves:    cfg.Serves,
 		alloc:     alloc,
 		selectsNS: pools.SelectsNamespaces(),
 		ann:       ann,
@@ -156,6 +164,7 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 		}),
 		loaded: make(chan struct{}),
 		warned: map[string]string{},
+		waits:  map[string]waitState{},
 	}, nil
 }
 
@@ -238,7 +247,7 @@ func (l *loadBalancer) load(ctx context.Context) error {
 	n := 0
 	for i := range list.Items {
 		svc := &list.Items[i]
-		if !managed(svc) {
+		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || !l.serves(svc) {
 			continue
 		}
 		req, err := lb.ParseRequest(svc)
@@ -260,10 +269,6 @@ func (l *loadBalancer) load(ctx context.Context) error {
 	close(l.loaded)
 	log.Info("Loaded VIP assignments from Service status", "assignments", n)
 	return nil
-}
-
-func managed(svc *v1.Service) bool {
-	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
 }
 
 func key(svc *v1.Service) string { return svc.Namespace + "/" + svc.Name }
@@ -310,6 +315,9 @@ func (l *loadBalancer) GetLoadBalancerName(_ context.Context, _ string, svc *v1.
 // not used: the placement reads the same Nodes from its own informer, so
 // that this call and the failover loop always decide alike.
 func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1.Service, _ []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	if !l.serves(svc) {
+		return nil, cloudprovider.ImplementedElsewhere
+	}
 	if err := l.waitLoaded(ctx); err != nil {
 		return nil, err
 	}
@@ -317,6 +325,10 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 	req, err := lb.ParseRequest(svc)
 	if err != nil {
 		l.warnOnce(svc, ReasonInvalidRequest, err)
+		return nil, err
+	}
+	if err := familiesServed(req.Families); err != nil {
+		l.warnOnce(svc, ReasonFamilyNotServed, err)
 		return nil, err
 	}
 	req.NamespaceLabels = l.namespaceLabels(ctx, svc.Namespace)
@@ -364,6 +376,9 @@ func (l *loadBalancer) claim(ctx context.Context, svc *v1.Service, ip netip.Addr
 
 // UpdateLoadBalancer re-places the Service's VIPs.
 func (l *loadBalancer) UpdateLoadBalancer(ctx context.Context, _ string, svc *v1.Service, _ []*v1.Node) error {
+	if !l.serves(svc) {
+		return cloudprovider.ImplementedElsewhere
+	}
 	if err := l.waitLoaded(ctx); err != nil {
 		return err
 	}
@@ -380,12 +395,25 @@ func (l *loadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, _ string, 
 	k := key(svc)
 	ips := l.alloc.Lookup(k)
 	l.alloc.Release(k)
-	l.mu.Lock()
-	delete(l.warned, k)
-	l.mu.Unlock()
+	l.clearWarning(k)
 	if len(ips) > 0 {
 		l.place.sync(ctx, nil)
 		l.recorder.Eventf(svc, v1.EventTypeNormal, ReasonReleased, "Released %s", joinAddrs(ips))
+	}
+	return nil
+}
+
+// servedFamilies are the families the announcer answers for.
+var servedFamilies = []lb.Family{lb.IPv4}
+
+// familiesServed refuses a Service with a family the announcer cannot
+// answer for, before anything is allocated: a dual-stack Service is served
+// whole or not at all, never with one family announced.
+func familiesServed(fams []lb.Family) error {
+	for _, f := range fams {
+		if !slices.Contains(servedFamilies, f) {
+			return fmt.Errorf("spec.ipFamilies %v: %s load balancers are not served (the announcer answers ARP only); no address is allocated for any family", fams, f)
+		}
 	}
 	return nil
 }
@@ -425,9 +453,33 @@ func (l *loadBalancer) allocationFailed(svc *v1.Service, err error) error {
 	l.warnOnce(svc, reason, err)
 	err = fmt.Errorf("service %s: %w", k, err)
 	if waits {
-		return &waitError{RetryError: api.NewRetryError(err.Error(), waitRetry), err: err}
+		return &waitError{RetryError: api.NewRetryError(err.Error(), l.nextWait(svc)), err: err}
 	}
 	return err
+}
+
+// waitState is how long a Service waits before its next try, and for
+// which request.
+type waitState struct {
+	request string
+	delay   time.Duration
+}
+
+// nextWait is how long svc waits before its next try: waitRetry for a
+// Service that just began to wait or changed its request, else twice the
+// last wait, up to maxWaitRetry.
+func (l *loadBalancer) nextWait(svc *v1.Service) time.Duration {
+	request := fmt.Sprint(svc.Generation, svc.Annotations[lb.AnnotationIP], svc.Annotations[lb.AnnotationPool], svc.Annotations[lb.AnnotationSharingKey])
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w, ok := l.waits[key(svc)]
+	if !ok || w.request != request {
+		w = waitState{request: request, delay: waitRetry}
+	} else {
+		w.delay = min(2*w.delay, maxWaitRetry)
+	}
+	l.waits[key(svc)] = w
+	return w.delay
 }
 
 // namespaceLabels are the labels of namespace ns when a pool selects
@@ -460,9 +512,11 @@ func (l *loadBalancer) warnOnce(svc *v1.Service, reason string, err error) {
 	}
 }
 
+// clearWarning forgets what was reported of k and how long it waited.
 func (l *loadBalancer) clearWarning(k string) {
 	l.mu.Lock()
 	delete(l.warned, k)
+	delete(l.waits, k)
 	l.mu.Unlock()
 }
 

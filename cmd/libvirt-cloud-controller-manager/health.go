@@ -9,6 +9,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/app/config"
+	"k8s.io/cloud-provider/names"
 	genericcontrollermanager "k8s.io/controller-manager/app"
 	"k8s.io/controller-manager/controller"
 	controllerhealthz "k8s.io/controller-manager/pkg/healthz"
@@ -24,16 +25,28 @@ type dataPathChecker interface {
 	CheckDataPath() error
 }
 
-// controllers are upstream's controllers plus the data path's health
-// check, which the upstream app serves on /healthz like a controller's.
+// controllers are upstream's controllers (the service controller only
+// while Services without a class are served), the controller of
+// loadBalancer.class, and the data path's health check, which the
+// upstream app serves on /healthz like a controller's.
 func controllers() map[string]app.ControllerInitFuncConstructor {
-	out := make(map[string]app.ControllerInitFuncConstructor, len(app.DefaultInitFuncConstructors)+1)
+	out := make(map[string]app.ControllerInitFuncConstructor, len(app.DefaultInitFuncConstructors)+2)
 	for name, c := range app.DefaultInitFuncConstructors {
 		out[name] = c
+	}
+	svc := out[upstreamServiceController]
+	svc.Constructor = classlessOnlyIfServed(svc.Constructor)
+	out[upstreamServiceController] = svc
+	out[classController] = app.ControllerInitFuncConstructor{
+		InitContext: app.ControllerInitContext{ClientName: svc.InitContext.ClientName},
+		Constructor: startClassController,
 	}
 	out[dataPathController] = app.ControllerInitFuncConstructor{Constructor: startDataPathCheck}
 	return out
 }
+
+// upstreamServiceController is the upstream service controller's name.
+const upstreamServiceController = names.ServiceLBController
 
 func startDataPathCheck(_ app.ControllerInitContext, _ *config.CompletedConfig, cloud cloudprovider.Interface) app.InitFunc {
 	return func(context.Context, genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {

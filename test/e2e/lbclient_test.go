@@ -130,14 +130,20 @@ func createLBService(t testing.TB, name string, annotations map[string]string, p
 	for _, p := range ports {
 		svc.Spec.Ports = append(svc.Spec.Ports, v1.ServicePort{Name: fmt.Sprintf("p%d", p), Port: p, Protocol: v1.ProtocolTCP})
 	}
-	svc, err := env.admin.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{})
+	return createService(t, svc)
+}
+
+// createService creates svc in "default" and deletes it after the test.
+func createService(t testing.TB, svc *v1.Service) *v1.Service {
+	t.Helper()
+	created, err := env.admin.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create service %s: %v", name, err)
+		t.Fatalf("create service %s: %v", svc.Name, err)
 	}
 	t.Cleanup(func() {
-		_ = env.admin.CoreV1().Services("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = env.admin.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
 	})
-	return svc
+	return created
 }
 
 // waitVIP waits for the Service's first ingress IP.

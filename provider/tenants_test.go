@@ -1,0 +1,126 @@
+package provider
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cloud-provider/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lb"
+)
+
+func inNamespace(ns string) func(*v1.Service) {
+	return func(s *v1.Service) { s.Namespace = ns }
+}
+
+// TestPoolsKeptForNamespaces: a pool kept for some namespaces (by name or
+// by label) serves them; a Service elsewhere that asks for it gets one
+// Warning naming the pool, and no address.
+func TestPoolsKeptForNamespaces(t *testing.T) {
+	gold := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gold-team", Labels: map[string]string{"tier": "gold"}}}
+	f := newLBFixtureOf(t, []lb.PoolConfig{
+		{Name: "open", Addresses: []string{"10.0.0.10-10.0.0.19"}},
+		{Name: "team-a", Addresses: []string{"10.0.0.20-10.0.0.29"}, Namespaces: []string{"team-a"}},
+		{Name: "gold", Addresses: []string{"10.0.0.30-10.0.0.39"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}},
+	}, gold).start()
+
+	if got := f.mustEnsure(lbService("a1", inNamespace("team-a"), withAnnotation(lb.AnnotationPool, "team-a"))); got != netip.MustParseAddr("10.0.0.20") {
+		t.Errorf("team-a/a1 asked for its pool and got %s", got)
+	}
+	if got := f.mustEnsure(lbService("g1", inNamespace("gold-team"), withAnnotation(lb.AnnotationPool, "gold"))); got != netip.MustParseAddr("10.0.0.30") {
+		t.Errorf("gold-team/g1 (labelled tier=gold) asked for the gold pool and got %s", got)
+	}
+	for _, svc := range []*v1.Service{
+		lbService("b1", inNamespace("team-b"), withAnnotation(lb.AnnotationPool, "team-a")),
+		lbService("b2", inNamespace("team-b"), withAnnotation(lb.AnnotationIP, "10.0.0.25")),
+		lbService("b3", inNamespace("team-b"), withAnnotation(lb.AnnotationPool, "gold")),
+	} {
+		for range 3 {
+			st, err := f.ensure(svc)
+			if !errors.Is(err, lb.ErrPoolNotForNamespace) || st != nil {
+				t.Fatalf("team-b/%s: %v, %v; want no address and the pool refused", svc.Name, st, err)
+			}
+		}
+	}
+	var warnings []string
+	for _, e := range f.drain() {
+		if strings.HasPrefix(e, v1.EventTypeWarning+" "+ReasonNotForNS+" ") {
+			warnings = append(warnings, e)
+		}
+	}
+	if len(warnings) != 3 || !strings.Contains(warnings[0], `pool "team-a"`) || !strings.Contains(warnings[2], `pool "gold"`) {
+		t.Errorf("want one %s Warning per Service naming its pool, got %q", ReasonNotForNS, warnings)
+	}
+	if got := f.mustEnsure(lbService("b4", inNamespace("team-b"))); got != netip.MustParseAddr("10.0.0.10") {
+		t.Errorf("team-b/b4 without a pool got %s, want the open pool's first", got)
+	}
+}
+
+// TestDualStackServedWholeOrNotAtAll: a Service with an IPv6 family gets
+// one Warning and no address of any family (the IPv4 VIP is not announced
+// alone); an IPv4-only Service beside it is served.
+func TestDualStackServedWholeOrNotAtAll(t *testing.T) {
+	f := newLBFixtureOf(t, []lb.PoolConfig{{Name: "both", Addresses: []string{"10.0.0.10-10.0.0.19", "fd00::10-fd00::19"}}}).start()
+	dual := lbService("dual", func(s *v1.Service) {
+		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+		s.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyRequireDualStack)
+	})
+	for range 3 {
+		if st, err := f.ensure(dual); err == nil || st != nil {
+			t.Fatalf("dual-stack Service: %v, %v; want refused", st, err)
+		}
+	}
+	if ips := f.lb.alloc.Lookup("default/dual"); len(ips) > 0 {
+		t.Errorf("the refused dual-stack Service holds %v", ips)
+	}
+	if n := f.count(v1.EventTypeWarning, ReasonFamilyNotServed); n != 1 {
+		t.Errorf("%d %s Warnings over 3 tries, want 1", n, ReasonFamilyNotServed)
+	}
+	if got := f.mustEnsure(lbService("v4")); got != netip.MustParseAddr("10.0.0.10") {
+		t.Errorf("IPv4 Service got %s", got)
+	}
+	if answering := f.ann.Answering(); len(answering) > 1 {
+		t.Errorf("announced %v; want only the IPv4 Service's VIP", answering)
+	}
+}
+
+// TestWaitingServiceBacksOff: a Service waiting for a taken address is
+// retried after 3 s, then twice as long each time up to 2 min; a changed
+// request starts again at 3 s, and so does a Service served in between.
+func TestWaitingServiceBacksOff(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	f.mustEnsure(lbService("holder", withAnnotation(lb.AnnotationIP, "10.0.0.11")))
+	waiter := lbService("waiter", withAnnotation(lb.AnnotationIP, "10.0.0.11"))
+	retryAfter := func(svc *v1.Service) time.Duration {
+		t.Helper()
+		_, err := f.ensure(svc)
+		var re *api.RetryError
+		if !errors.As(err, &re) {
+			t.Fatalf("%s: %v, want a RetryError", svc.Name, err)
+		}
+		return re.RetryAfter()
+	}
+	var got []time.Duration
+	for range 8 {
+		got = append(got, retryAfter(waiter))
+	}
+	want := []time.Duration{3 * time.Second, 6 * time.Second, 12 * time.Second, 24 * time.Second, 48 * time.Second, 96 * time.Second, 2 * time.Minute, 2 * time.Minute}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	changed := lbService("waiter", withAnnotation(lb.AnnotationIP, "10.0.0.11"), withAnnotation(lb.AnnotationSharingKey, "k"))
+	if d := retryAfter(changed); d != waitRetry {
+		t.Errorf("after the request changed: wait %s, want %s", d, waitRetry)
+	}
+	if d := retryAfter(changed); d != 2*waitRetry {
+		t.Errorf("second wait of the changed request: %s, want %s", d, 2*waitRetry)
+	}
+}
