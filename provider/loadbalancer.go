@@ -325,11 +325,11 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 	req, err := lb.ParseRequest(svc)
 	if err != nil {
 		l.warnOnce(svc, ReasonInvalidRequest, err)
-		return nil, err
+		return nil, untilChanged(err)
 	}
 	if err := familiesServed(req.Families); err != nil {
 		l.warnOnce(svc, ReasonFamilyNotServed, err)
-		return nil, err
+		return nil, untilChanged(err)
 	}
 	req.NamespaceLabels = l.namespaceLabels(ctx, svc.Namespace)
 	had := l.alloc.Lookup(k)
@@ -427,6 +427,14 @@ type waitError struct {
 }
 
 func (e *waitError) Unwrap() []error { return []error{e.RetryError, e.err} }
+
+// untilChanged is a Service's error that only a change of the Service can
+// mend (a malformed annotation, a family not served): the service
+// controller syncs a changed Service at once, so it retries the unchanged
+// one only after maxWaitRetry rather than on its own shorter backoff.
+func untilChanged(err error) error {
+	return &waitError{RetryError: api.NewRetryError(err.Error(), maxWaitRetry), err: err}
+}
 
 // allocationFailed turns an allocator error into one event and the error
 // the service controller retries on.

@@ -124,3 +124,25 @@ func TestWaitingServiceBacksOff(t *testing.T) {
 		t.Errorf("second wait of the changed request: %s, want %s", d, 2*waitRetry)
 	}
 }
+
+// TestUnmendableRequestWaitsForAChange: a request only a change of the
+// Service can mend (a 100 kB malformed annotation, an IPv6 family) is
+// retried after maxWaitRetry, with a short error and one Warning.
+func TestUnmendableRequestWaitsForAChange(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	for _, svc := range []*v1.Service{
+		lbService("junk", withAnnotation(lb.AnnotationIP, strings.Repeat("x", 100_000))),
+		lbService("v6", func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} }),
+	} {
+		for range 3 {
+			_, err := f.ensure(svc)
+			var re *api.RetryError
+			if !errors.As(err, &re) || re.RetryAfter() != maxWaitRetry || len(err.Error()) > 1024 {
+				t.Fatalf("%s: %.200v; want a RetryError after %s, under 1 kB", svc.Name, err, maxWaitRetry)
+			}
+		}
+	}
+	if n, m := f.count(v1.EventTypeWarning, ReasonInvalidRequest), f.count(v1.EventTypeWarning, ReasonFamilyNotServed); n != 1 || m != 1 {
+		t.Errorf("%d %s and %d %s Warnings over 3 tries each, want 1 and 1", n, ReasonInvalidRequest, m, ReasonFamilyNotServed)
+	}
+}
