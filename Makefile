@@ -6,7 +6,7 @@ GOTEST ?= go test -count=1
 CHAOS_DURATION ?= 5m
 CHAOS_SEED ?= 42
 
-.PHONY: all build deb deps tools modules test unit e2e lint lab down bench chaos-soak conformance
+.PHONY: all build deb deps tools modules test unit e2e lint lab down bench chaos-soak conformance fuzz
 
 all: build
 
@@ -77,6 +77,16 @@ modules:
 test: deps tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
 		$(GOTEST) -timeout 80m ./...
+	$(MAKE) fuzz
+
+# Each fuzz target for FUZZTIME: the parsers of what users and libvirt
+# hand the CCM (annotations, cloud config, domain XML, ARP frames).
+FUZZTIME ?= 20s
+FUZZ_TARGETS := lb:FuzzParseRequest provider:FuzzLoadConfig libvirtcloud:FuzzParseDomainXML lb/announce:FuzzHandle
+fuzz:
+	set -e; for t in $(FUZZ_TARGETS); do \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
+	done
 
 unit:
 	$(GOTEST) ./provider/... ./libvirtcloud/... ./netroutes/... ./lb/...
