@@ -919,7 +919,9 @@ func TestLoadBalancerLocalPolicyUsesNodesWithReadyEndpoints(t *testing.T) {
 		t.Run("endpoint on "+n.name, func(t *testing.T) {
 			other := otherNode(n)
 			f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", localPolicy),
-				endpointSlice("web", map[string]bool{n.name: true, other.name: false})).start()
+				endpointSlice("web", map[string]bool{n.name: true, other.name: false}))
+			f.lb.place.localDamping = time.Millisecond // TestLocalPolicyDampsEndpointFlaps tests it
+			f.start()
 			vip := f.mustEnsure(lbService("web", localPolicy))
 			if got := f.ann.answering(vip); got.String() != n.mac.String() {
 				t.Fatalf("answered by %v, want %s, the only node with a ready endpoint", got, n.name)

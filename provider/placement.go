@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -21,13 +22,15 @@ import (
 // snapshot (placement_snapshot.go: the Nodes, their domains' facts and
 // eligibility, the claimed VIPs and their Services' policies, each VIP's
 // ranking by the pure lb.Place), decides what changes (placement_decide.go:
-// a pure function of the snapshot and the announcer's current answers), and
-// applies the changes to the announcer with their events, logs and metrics
-// (placement_pass.go). Passes run on EnsureLoadBalancer and friends, on
-// every domain change, on Node and EndpointSlice changes that alter what a
-// pass reads (placement_watch.go), when a hypervisor comes back, and
-// periodically: the service controller does not call UpdateLoadBalancer on
-// readiness changes, so this is what moves a VIP off a node that died.
+// a pure function of the snapshot, the announcer's current answers and
+// when each VIP's LocalPolicyDamping ends), and applies the changes to the
+// announcer with their events, logs and metrics (placement_pass.go).
+// Passes run on EnsureLoadBalancer and friends, on every domain change, on
+// Node and EndpointSlice changes that alter what a pass reads
+// (placement_watch.go), when a hypervisor comes back, when a hold or a
+// damping ends, and periodically: the service controller does not call
+// UpdateLoadBalancer on readiness changes, so this is what moves a VIP off
+// a node that died.
 
 // DomainEvents is a hypervisor's stream of domain changes.
 // *libvirtcloud.Hypervisor satisfies it.
@@ -56,6 +59,8 @@ type placementConfig struct {
 	alloc       *lb.Allocator
 	ann         Announcer
 	vipRoutes   pathSetter // the host's routes to VIPs; nil: ARP alone
+	// localDamping is LocalPolicyDamping unless a test shortens it.
+	localDamping time.Duration
 }
 
 type placement struct {
@@ -89,6 +94,9 @@ type placement struct {
 	// snap is the last pass's snapshot, whose slices and maps the next
 	// reuses; the pass owns it.
 	snap snapshot
+	// dampedUntil is, for each VIP this process has set on a node, when
+	// the localDamping after that set ends; the pass owns it.
+	dampedUntil map[netip.Addr]time.Time
 
 	mu sync.Mutex
 	// reportAt is when this process saw a Node's Ready report change, by
@@ -104,11 +112,15 @@ type placement struct {
 }
 
 func newPlacement(cfg placementConfig) *placement {
+	if cfg.localDamping == 0 {
+		cfg.localDamping = LocalPolicyDamping
+	}
 	return &placement{
 		placementConfig: cfg,
 		kick:            make(chan struct{}, 1),
 		passing:         make(chan struct{}, 1),
 		known:           map[string]nodeFacts{},
+		dampedUntil:     map[netip.Addr]time.Time{},
 		reportAt:        map[string]time.Time{},
 		awaiting:        map[string]bool{},
 	}

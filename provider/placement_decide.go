@@ -21,6 +21,15 @@ import (
 // Ready node once the hold is over; with no Ready node it keeps them.
 const UnknownHold = 30 * time.Second
 
+// LocalPolicyDamping is how long a VIP with a Service of
+// externalTrafficPolicy Local stays on the node it was last set on while
+// that node lives, whatever the endpoints do: a tenant may flip its own
+// EndpointSlices at any rate, and each move costs gratuitous ARP on the
+// whole bridge, a route and a status write. A node that is gone gives the
+// VIP up at once; the price is a VIP left this long on a node whose
+// endpoint just left, when the last move was this recent.
+const LocalPolicyDamping = 10 * time.Second
+
 // changeKind is what a pass does to one VIP.
 type changeKind string
 
@@ -37,6 +46,7 @@ const (
 	keptPlaced      = "placed"         // the node it ranks first answers it already
 	keptUnavailable = "unavailable"    // a hypervisor cannot be asked, and its node's state is not known now
 	keptUnknown     = "unknownHold"    // its node's Ready is Unknown (UnknownHold)
+	keptDamped      = "damped"         // a Local-policy VIP set on its live node too recently (LocalPolicyDamping)
 	removedReleased = "released"       // no Service holds it any more
 	noEligibleNode  = "noEligibleNode" // no node may answer it
 )
@@ -57,16 +67,18 @@ type change struct {
 	// cause is when a libvirt event took from's domain down: the start of
 	// the failover the announcer times. Zero if none did.
 	cause time.Time
-	// until is when an Unknown node's hold on a kept VIP ends, if a Ready
-	// node waits for it; zero otherwise.
+	// until is when the hold on a kept VIP ends, if it keeps the VIP from
+	// a change (UnknownHold: from a Ready node; LocalPolicyDamping); zero
+	// otherwise.
 	until time.Time
 }
 
 // decide says what a pass does to every VIP the snapshot claims or the
-// announcer answers (answering: VIP → MAC, now), at time now. It reads
-// nothing but its arguments. Released VIPs come first, then the claimed
-// ones, each in VIP order.
-func decide(snap snapshot, answering map[netip.Addr]net.HardwareAddr, now time.Time) []change {
+// announcer answers (answering: VIP → MAC, now), at time now. dampedUntil
+// is when each VIP's LocalPolicyDamping ends: the time of its last set
+// plus the damping. It reads nothing but its arguments. Released VIPs come
+// first, then the claimed ones, each in VIP order.
+func decide(snap snapshot, answering map[netip.Addr]net.HardwareAddr, dampedUntil map[netip.Addr]time.Time, now time.Time) []change {
 	out := make([]change, 0, len(snap.vips))
 	for ip := range answering {
 		if _, claimed := snap.vips[ip]; !claimed {
@@ -75,7 +87,7 @@ func decide(snap snapshot, answering map[netip.Addr]net.HardwareAddr, now time.T
 	}
 	released := len(out)
 	for ip, claim := range snap.vips {
-		out = append(out, decideVIP(snap, ip, claim, answering[ip], now))
+		out = append(out, decideVIP(snap, ip, claim, answering[ip], dampedUntil[ip], now))
 	}
 	byVIP := func(a, b change) int { return a.vip.Compare(b.vip) }
 	slices.SortFunc(out[:released], byVIP)
@@ -84,8 +96,8 @@ func decide(snap snapshot, answering map[netip.Addr]net.HardwareAddr, now time.T
 }
 
 // decideVIP decides for one claimed VIP, answered by answeredBy (nil if
-// nothing answers it).
-func decideVIP(snap snapshot, ip netip.Addr, claim vipClaim, answeredBy net.HardwareAddr, now time.Time) change {
+// nothing answers it), whose damping ends at dampedUntil.
+func decideVIP(snap snapshot, ip netip.Addr, claim vipClaim, answeredBy net.HardwareAddr, dampedUntil time.Time, now time.Time) change {
 	c := change{vip: ip, services: claim.services}
 	current, found := snap.withMAC(answeredBy)
 	var to string
@@ -110,6 +122,10 @@ func decideVIP(snap snapshot, ip netip.Addr, claim vipClaim, answeredBy net.Hard
 				c.until = until
 			}
 			return kept(keptUnknown)
+		}
+		if to != current.name && now.Before(dampedUntil) && damps(current, found, claim) {
+			c.until = dampedUntil
+			return kept(keptDamped)
 		}
 	}
 	if to == "" {
@@ -149,6 +165,15 @@ func heldOnUnknown(current nodeView, found bool, claim vipClaim) (time.Time, boo
 		return time.Time{}, false
 	}
 	return readyChanged(current.node).Add(UnknownHold), true
+}
+
+// damps says whether current, the node answering a VIP, keeps it through
+// LocalPolicyDamping: a Service on the VIP has externalTrafficPolicy Local
+// and current is alive (a Ready candidate whose domain is eligible), so
+// only endpoints or the ranking can take the VIP from it, both of which a
+// tenant can flip at will.
+func damps(current nodeView, found bool, claim vipClaim) bool {
+	return found && claim.onlyOn != nil && current.node != nil && current.role == roleCandidate && current.domainEligible
 }
 
 // moveReason tells why current, the node answering for a VIP, no longer

@@ -26,6 +26,18 @@ func showChange(c change) string {
 		c.kind, c.vip, c.services, c.node, c.mac, c.from, c.reason, at(c.cause), at(c.until))
 }
 
+// expected builds the changes a table expects for vip, held by services:
+// a set onto node to, and a keep on node.
+func expected(vip netip.Addr, services []string) (set func(to, from, reason string, cause time.Time) change, kept func(node, reason string, until time.Time) change) {
+	set = func(to, from, reason string, cause time.Time) change {
+		return change{kind: setVIP, vip: vip, services: services, node: to, mac: testMAC(to), from: from, reason: reason, cause: cause}
+	}
+	kept = func(node, reason string, until time.Time) change {
+		return change{kind: keepVIP, vip: vip, services: services, node: node, mac: testMAC(node), reason: reason, until: until}
+	}
+	return set, kept
+}
+
 // TestDecide: what a pass does to each VIP, from a snapshot and the MAC
 // answering each VIP now, with no announcer.
 func TestDecide(t *testing.T) {
@@ -39,12 +51,7 @@ func TestDecide(t *testing.T) {
 	win, lose := r[0], r[1]
 	mac := testMAC
 	stranger, _ := net.ParseMAC("52:54:00:00:00:ff")
-	set := func(to, from, reason string, cause time.Time) change {
-		return change{kind: setVIP, vip: vip1, services: web, node: to, mac: mac(to), from: from, reason: reason, cause: cause}
-	}
-	kept := func(node, reason string, until time.Time) change {
-		return change{kind: keepVIP, vip: vip1, services: web, node: node, mac: mac(node), reason: reason, until: until}
-	}
+	set, kept := expected(vip1, web)
 	downAt := t0.Add(-2 * time.Second)
 	for _, tc := range []struct {
 		name        string
@@ -150,16 +157,101 @@ func TestDecide(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap, _ := testSnapshot(tc.nodes, tc.vips, tc.unavailable)
-			var got, want []string
-			for _, c := range decide(snap, tc.answering, t0) {
-				got = append(got, showChange(c))
-			}
-			for _, c := range tc.want {
-				want = append(want, showChange(c))
-			}
-			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
-				t.Errorf("decide:\n got %q\nwant %q", got, want)
-			}
+			checkDecide(t, decide(snap, tc.answering, nil, t0), tc.want)
+		})
+	}
+}
+
+// checkDecide compares what decide said with want, one line per change.
+func checkDecide(t *testing.T, changes, want []change) {
+	t.Helper()
+	var got, wanted []string
+	for _, c := range changes {
+		got = append(got, showChange(c))
+	}
+	for _, c := range want {
+		wanted = append(wanted, showChange(c))
+	}
+	if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", wanted) {
+		t.Errorf("decide:\n got %q\nwant %q", got, wanted)
+	}
+}
+
+// TestDecideDamping: a VIP with a Local-policy Service stays on its live
+// node until its damping ends, whatever endpoints and ranking say; a node
+// that is gone gives it up at once, and a VIP of Cluster-policy Services
+// or a first announcement is never damped.
+func TestDecideDamping(t *testing.T) {
+	vip1 := netip.MustParseAddr("10.0.0.1")
+	web := []string{"default/web"}
+	onlyOn := func(nodes ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, n := range nodes {
+			m[n] = true
+		}
+		return m
+	}
+	r := lb.Ranked(vip1, []string{"a", "b"}, 2)
+	win, lose := r[0], r[1]
+	mac := testMAC
+	set, kept := expected(vip1, web)
+	ends := t0.Add(3 * time.Second)
+	downAt := t0.Add(-time.Second)
+	two := []snapNode{{name: "a"}, {name: "b"}}
+	onA := map[netip.Addr]net.HardwareAddr{vip1: mac("a")}
+	for _, tc := range []struct {
+		name      string
+		nodes     []snapNode
+		onlyOn    map[string]bool // nil: Cluster policy
+		answering map[netip.Addr]net.HardwareAddr
+		damped    time.Time // when vip1's damping ends
+		want      change
+	}{
+		{name: "endpoints left its node within the damping: kept until it ends",
+			nodes: two, onlyOn: onlyOn("b"), answering: onA, damped: ends, want: kept("a", keptDamped, ends)},
+		{name: "endpoints left its node, the damping over: moved",
+			nodes: two, onlyOn: onlyOn("b"), answering: onA, damped: t0, want: set("b", "a", metrics.MoveEndpoints, time.Time{})},
+		{name: "no endpoint anywhere within the damping: kept until it ends",
+			nodes: two, onlyOn: onlyOn(), answering: onA, damped: ends, want: kept("a", keptDamped, ends)},
+		{name: "no endpoint anywhere, the damping over: withdrawn",
+			nodes: two, onlyOn: onlyOn(), answering: onA, damped: downAt,
+			want: change{kind: removeVIP, vip: vip1, services: web, reason: noEligibleNode}},
+		{name: "another node with endpoints wins within the damping: kept",
+			nodes: two, onlyOn: onlyOn("a", "b"), answering: map[netip.Addr]net.HardwareAddr{vip1: mac(lose)}, damped: ends,
+			want: kept(lose, keptDamped, ends)},
+		{name: "its node still wins: placed, nothing to wait for",
+			nodes: two, onlyOn: onlyOn("a", "b"), answering: map[netip.Addr]net.HardwareAddr{vip1: mac(win)}, damped: ends,
+			want: kept(win, keptPlaced, time.Time{})},
+		{name: "its domain down within the damping: moved at once",
+			nodes:  []snapNode{{name: "a", state: libvirtcloud.StateShutOff, lastDown: downAt, downEvent: downAt}, {name: "b"}},
+			onlyOn: onlyOn("b"), answering: onA, damped: ends, want: set("b", "a", metrics.MoveDomainDown, downAt)},
+		{name: "its domain restarted, not reported since: moved at once",
+			nodes:  []snapNode{{name: "a", lastDown: downAt}, {name: "b"}},
+			onlyOn: onlyOn("a", "b"), answering: onA, damped: ends, want: set("b", "a", metrics.MoveDomainDown, time.Time{})},
+		{name: "its domain gone within the damping: moved at once",
+			nodes:  []snapNode{{name: "a", gone: true}, {name: "b"}},
+			onlyOn: onlyOn("b"), answering: onA, damped: ends, want: set("b", "a", metrics.MoveDomainDown, time.Time{})},
+		{name: "its Node deleted within the damping: moved at once",
+			nodes:  []snapNode{{name: "a", deleted: true}, {name: "b"}},
+			onlyOn: onlyOn("b"), answering: onA, damped: ends, want: set("b", "a", metrics.MoveNodeDeleted, time.Time{})},
+		{name: "its Node NotReady within the damping: moved at once",
+			nodes:  []snapNode{{name: "a", ready: v1.ConditionFalse}, {name: "b"}},
+			onlyOn: onlyOn("a", "b"), answering: onA, damped: ends, want: set("b", "a", metrics.MoveNodeNotReady, time.Time{})},
+		{name: "its Node excluded within the damping: moved at once",
+			nodes:  []snapNode{{name: "a", excluded: true}, {name: "b"}},
+			onlyOn: onlyOn("a", "b"), answering: onA, damped: ends, want: set("b", "a", metrics.MoveNodeExcluded, time.Time{})},
+		{name: "its domain off the bridge within the damping: moved at once",
+			nodes:  []snapNode{{name: "a", noMAC: true}, {name: "b"}},
+			onlyOn: onlyOn("a", "b"), answering: onA, damped: ends, want: set("b", mac("a").String(), metrics.MoveUnknown, time.Time{})},
+		{name: "Cluster policy within the damping: moved at once",
+			nodes: two, answering: map[netip.Addr]net.HardwareAddr{vip1: mac(lose)}, damped: ends,
+			want: set(win, lose, metrics.MoveRebalance, time.Time{})},
+		{name: "first announcement within the damping: announced",
+			nodes: two, onlyOn: onlyOn("b"), damped: ends, want: set("b", "", "", time.Time{})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap, _ := testSnapshot(tc.nodes, map[netip.Addr]vipClaim{vip1: {services: web, onlyOn: tc.onlyOn}}, false)
+			checkDecide(t, decide(snap, tc.answering, map[netip.Addr]time.Time{vip1: tc.damped}, t0), []change{tc.want})
 		})
 	}
 }

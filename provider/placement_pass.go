@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/netip"
 	"time"
@@ -30,7 +31,9 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 	}
 	snap := p.snapshot(ctx, given)
 	defer clear(snap.views) // keeps no Node the informer has replaced
-	holdEnds := p.apply(ctx, decide(snap, p.ann.Answering(), time.Now()), given)
+	holdEnds := p.apply(ctx, decide(snap, p.ann.Answering(), p.dampedUntil, time.Now()), given)
+	// A released VIP's damping goes with it.
+	maps.DeleteFunc(p.dampedUntil, func(ip netip.Addr, _ time.Time) bool { _, claimed := snap.vips[ip]; return !claimed })
 	answering := p.ann.Answering() // after this pass's changes
 	p.applySpread(ctx, snap, answering)
 	p.conds.update(answers(snap, answering))
@@ -38,8 +41,8 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 }
 
 // apply makes the announcer do what changes say, with the events, logs and
-// metrics of each; it returns when the earliest UnknownHold that keeps a
-// VIP from a Ready node ends (zero if none).
+// metrics of each, and notes when each set VIP's damping ends; it returns
+// when the earliest hold that keeps a VIP from a change ends (zero if none).
 func (p *placement) apply(ctx context.Context, changes []change, given givenServices) (holdEnds time.Time) {
 	log := klog.FromContext(ctx)
 	for _, c := range changes {
@@ -71,6 +74,8 @@ func (p *placement) apply(ctx context.Context, changes []change, given givenServ
 		case setVIP:
 			if err := p.ann.SetAfter(ip, c.mac, c.cause); err != nil {
 				log.Error(err, "Announcing VIP", "ip", ip, "node", c.node)
+			} else {
+				p.dampedUntil[ip] = time.Now().Add(p.localDamping)
 			}
 			if c.from == "" {
 				p.event(c.services, given, v1.EventTypeNormal, ReasonVIPAnnounced, "%s announced via node %s (%s)", ip, c.node, c.mac)

@@ -197,6 +197,9 @@ func TestPlacementWaitsForItsInformers(t *testing.T) {
 	if !f.ann.removed(vip) {
 		t.Fatalf("once synced, the released %s is still answered by %v", vip, f.ann.answering(vip))
 	}
+	if len(p.dampedUntil) != 0 {
+		t.Errorf("the released %s's damping is still kept: %v", vip, p.dampedUntil)
+	}
 }
 
 // TestSyncsDuringAPassShareTheNext: service-controller calls that arrive
@@ -299,4 +302,80 @@ func TestRestartBeforeLeadingWaitsForReport(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestLocalPolicyDampsEndpointFlaps: a tenant flipping its Local Service's
+// EndpointSlice between two nodes 20 times moves its VIP at the first flip
+// and then at most once per damping, not once per flip; when the damping
+// ends, with nothing else to start a pass, the VIP goes to the node with
+// the endpoint.
+func TestLocalPolicyDampsEndpointFlaps(t *testing.T) {
+	const damping = 500 * time.Millisecond
+	a, b := testNodes[0], testNodes[1]
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", localPolicy), endpointSlice("web", map[string]bool{a.name: true}))
+	f.lb.place.localDamping = damping
+	f.start()
+	vip := f.mustEnsure(lbService("web", localPolicy))
+	if got := f.ann.answering(vip); got.String() != a.mac.String() {
+		t.Fatalf("answered by %v, want %s, the node with the endpoint", got, a.name)
+	}
+	time.Sleep(damping) // past the first announcement's damping
+	sets := len(f.ann.setsFor(vip))
+	flip := func(on testNode) {
+		t.Helper()
+		es := endpointSlice("web", map[string]bool{on.name: true, otherNode(on).name: false})
+		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, es, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start := time.Now()
+	flip(b)
+	f.waitFor("the first flip's move to "+b.name, func() bool { return f.ann.answering(vip).String() == b.mac.String() })
+	on := b
+	for range 19 {
+		on = otherNode(on)
+		flip(on)
+		time.Sleep(10 * time.Millisecond)
+	}
+	flipping := time.Since(start)
+	f.waitFor("the VIP on "+on.name+" once the damping ends", func() bool { return f.ann.answering(vip).String() == on.mac.String() })
+	time.Sleep(damping) // any move still to come
+	moves := len(f.ann.setsFor(vip)) - sets
+	// One move at the first flip, then one per damping begun while flipping.
+	if allowed := 2 + int(flipping/damping); moves > allowed {
+		t.Errorf("20 flips in %v moved the VIP %d times, want at most %d (damping %v): %q",
+			flipping.Round(time.Millisecond), moves, allowed, damping, f.ann.setsFor(vip))
+	}
+	if got := f.ann.answering(vip); got.String() != on.mac.String() {
+		t.Errorf("after the flips the VIP is on %v, want %s, the node with the endpoint", got, on.name)
+	}
+	if n := f.count(v1.EventTypeNormal, ReasonVIPMoved); n != moves {
+		t.Errorf("%d %s events for %d moves", n, ReasonVIPMoved, moves)
+	}
+}
+
+// TestLocalPolicyFailoverIsNotDamped: a damped VIP stays on its node while
+// that node lives, and leaves it at once when its domain stops.
+func TestLocalPolicyFailoverIsNotDamped(t *testing.T) {
+	a, b := testNodes[0], testNodes[1]
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", localPolicy), endpointSlice("web", map[string]bool{a.name: true}))
+	f.lb.place.localDamping = time.Hour
+	f.start()
+	vip := f.mustEnsure(lbService("web", localPolicy))
+	if got := f.ann.answering(vip); got.String() != a.mac.String() {
+		t.Fatalf("answered by %v, want %s, the node with the endpoint", got, a.name)
+	}
+	es := endpointSlice("web", map[string]bool{a.name: false, b.name: true})
+	if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the loop's pass on the update
+	f.lb.place.sync(f.ctx, nil)
+	if got := f.ann.answering(vip); got.String() != a.mac.String() {
+		t.Fatalf("within the damping the VIP left live %s for %v", a.name, got)
+	}
+
+	f.hv.setState(a.name, libvirtcloud.StateShutOff)
+	f.waitFor("failover to "+b.name, func() bool { return f.ann.answering(vip).String() == b.mac.String() })
 }
