@@ -5,16 +5,15 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+
+	"github.com/labcloud/labcloud/internal/nstest"
 )
 
 // A VIP is never a node address: the host's permanent neighbour entry for a
@@ -24,7 +23,7 @@ func TestNeighbourTableSkipsPermanentEntries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("netns test")
 	}
-	nl := testNetns(t)
+	nl := nstest.Handle(t)
 	link := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "lctest0"}}
 	if err := nl.LinkAdd(link); err != nil {
 		t.Fatal(err)
@@ -136,37 +135,6 @@ func mustIPNet(s string) *net.IPNet {
 	}
 	n.IP = ip
 	return n
-}
-
-// testNetns returns a netlink handle in a fresh network namespace that
-// lives as long as the test. The test's own thread never leaves its
-// namespace; it skips when not root.
-func testNetns(t *testing.T) *netlink.Handle {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("restore netns: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	nl, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
-	return nl
 }
 
 // The node controller asks for every Node's addresses at once: they share
