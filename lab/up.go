@@ -308,25 +308,6 @@ func AdminClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// accel picks the domain type: KVM when /dev/kvm exists and we are not a
-// guest ourselves (nested KVM hangs stock guests on these hosts), else TCG.
-// LABCLOUD_ACCEL=kvm|tcg overrides.
-func accel() string {
-	switch os.Getenv("LABCLOUD_ACCEL") {
-	case "kvm":
-		return "kvm"
-	case "tcg":
-		return "qemu"
-	}
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		return "qemu"
-	}
-	if cpu, err := os.ReadFile("/proc/cpuinfo"); err != nil || bytes.Contains(cpu, []byte(" hypervisor")) {
-		return "qemu"
-	}
-	return "kvm"
-}
-
 // Guest size: kubelet, containerd and kube-proxy with a few pods fit in 1 GiB
 // with room to spare; the root disk is shared, so only what a guest writes
 // costs memory.
@@ -339,7 +320,7 @@ const (
 // every feature QEMU emulates (libvirt's default, qemu64, lacks the vector
 // instructions Go's hashing and copying use, which makes image imports slow).
 func cpuModel(domainType string) string {
-	if domainType == "kvm" {
+	if domainType == accelKVM {
 		return "<cpu mode='host-passthrough'/>"
 	}
 	return "<cpu mode='maximum'/>"
@@ -354,7 +335,7 @@ const tcgCacheMiB = 256
 
 // features sets TCG's translation cache (libvirt >= 8.0); KVM has none.
 func features(domainType string) string {
-	if domainType == "kvm" {
+	if domainType == accelKVM {
 		return ""
 	}
 	return fmt.Sprintf("<features><tcg><tb-cache unit='MiB'>%d</tb-cache></tcg></features>", tcgCacheMiB)
@@ -370,7 +351,12 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 	if err := os.MkdirAll(nodes, 0o700); err != nil {
 		return err
 	}
-	typ := accel()
+	typ, why := chooseAccel(gatherKVMEvidence())
+	if typ == accelKVM {
+		fmt.Fprintln(u.opts.Out, "           guests use KVM")
+	} else {
+		fmt.Fprintf(u.opts.Out, "           guests use TCG: %s\n", why)
+	}
 	for i := 1; i <= u.opts.Nodes; i++ {
 		name := nodeName(i)
 		initrd := filepath.Join(nodes, name+".initrd")
