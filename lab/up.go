@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 	"libvirt.org/go/libvirt"
 
 	"github.com/labcloud/labcloud/examples"
@@ -146,7 +145,7 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.waitFor(opts.Nodes), opts.Out) }},
-		{"first pod Running", func() error { return firstPod(ctx, client) }},
+		{FirstAnswerStep, func() error { return firstAnswer(ctx, client) }},
 	}...)
 }
 
@@ -473,33 +472,4 @@ func nodeIsReady(n *v1.Node) bool {
 		}
 	}
 	return false
-}
-
-// firstPod runs one pod (agnhost pause) to Running and deletes it: the proof
-// that scheduling, the runtime, the images and CNI work on the new nodes.
-func firstPod(ctx context.Context, client kubernetes.Interface) error {
-	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "labcloud-first-pod-", Namespace: "default"},
-		Spec: v1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To(int64(0)),
-			Containers:                    []v1.Container{{Name: "pause", Image: image.AgnhostImage, Args: []string{"pause"}}},
-		},
-	}
-	p, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	name := p.Name
-	defer client.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{})
-	phase := p.Status.Phase
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
-			phase = p.Status.Phase
-		}
-		return phase == v1.PodRunning, nil
-	})
-	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("pod %s not Running after 3 minutes (phase %s)", name, phase)
-	}
-	return err
 }

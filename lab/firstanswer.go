@@ -1,0 +1,85 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lab/image"
+)
+
+// FirstAnswerStep is the step that ends up: a LoadBalancer Service in
+// front of a real pod, answered through its VIP.
+const FirstAnswerStep = "first answer through a LoadBalancer VIP"
+
+const firstAnswerApp = "labcloud-first-answer"
+
+// firstAnswer runs an agnhost netexec pod behind a LoadBalancer Service and
+// waits until the pod answers through the Service's VIP from this host
+// (the lab's namespace), as a client on the LAN would reach it. Both are
+// deleted afterwards.
+func firstAnswer(ctx context.Context, client kubernetes.Interface) error {
+	labels := map[string]string{"app": firstAnswerApp}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: firstAnswerApp + "-", Namespace: "default", Labels: labels},
+		Spec: v1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To(int64(0)),
+			Containers: []v1.Container{{Name: "netexec", Image: image.AgnhostImage, Args: []string{"netexec", "--http-port=8080"},
+				ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/hostname", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}},
+		},
+	}
+	p, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	defer client.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+	svc := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: firstAnswerApp, Namespace: "default"},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: labels,
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer client.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
+	var vip, got string
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if vip == "" {
+			if s, err := client.CoreV1().Services("default").Get(ctx, svc.Name, metav1.GetOptions{}); err == nil && len(s.Status.LoadBalancer.Ingress) > 0 {
+				vip = s.Status.LoadBalancer.Ingress[0].IP
+			}
+			return false, nil
+		}
+		got = hostnameAt(vip)
+		return got == p.Name, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("pod %s not answering through the VIP %q of Service %s after 3 minutes (last answer %q)", p.Name, vip, svc.Name, got)
+	}
+	return err
+}
+
+// answerClient opens a new connection per request, as curl does.
+var answerClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// hostnameAt is agnhost netexec's /hostname through vip: the answering
+// pod's name, or "" without an answer.
+func hostnameAt(vip string) string {
+	resp, err := answerClient.Get("http://" + vip + "/hostname")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	return strings.TrimSpace(string(b))
+}
