@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -307,39 +308,6 @@ func AdminClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// Guest size: kubelet, containerd and kube-proxy with a few pods fit in 1 GiB
-// with room to spare; the root disk is shared, so only what a guest writes
-// costs memory.
-const (
-	guestMemoryMiB = 1024
-	guestVCPUs     = 2
-)
-
-// cpuModel passes the host CPU through under KVM; under TCG it asks for
-// every feature QEMU emulates (libvirt's default, qemu64, lacks the vector
-// instructions Go's hashing and copying use, which makes image imports slow).
-func cpuModel(domainType string) string {
-	if domainType == accelKVM {
-		return "<cpu mode='host-passthrough'/>"
-	}
-	return "<cpu mode='maximum'/>"
-}
-
-// tcgCacheMiB bounds the code TCG keeps translated. QEMU's default is
-// 1 GiB, which a guest fills (and so holds resident) within minutes of
-// running pods: each guest grew to ~1.8 GiB RSS, and a killed QEMU took
-// 1.2-2 s to release it before libvirt saw it die, which delayed every
-// failover the lab measures. A guest's hot code fits in far less.
-const tcgCacheMiB = 256
-
-// features sets TCG's translation cache (libvirt >= 8.0); KVM has none.
-func features(domainType string) string {
-	if domainType == accelKVM {
-		return ""
-	}
-	return fmt.Sprintf("<features><tcg><tb-cache unit='MiB'>%d</tb-cache></tcg></features>", tcgCacheMiB)
-}
-
 func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, disk image.Disk) error {
 	c, err := libvirt.NewConnect(labURI)
 	if err != nil {
@@ -356,6 +324,7 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 	} else {
 		fmt.Fprintf(u.opts.Out, "           guests use TCG: %s\n", why)
 	}
+	guests := make(map[string]guest, u.opts.Nodes)
 	for i := 1; i <= u.opts.Nodes; i++ {
 		name := nodeName(i)
 		initrd := filepath.Join(nodes, name+".initrd")
@@ -373,50 +342,65 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		if err := image.WriteNodeInitrd(initrd, art.Initramfs, files); err != nil {
 			return err
 		}
-		xml := fmt.Sprintf(`<domain type='%s'>
-  <name>%s</name>
-  <memory unit='MiB'>%d</memory>
-  <vcpu>%d</vcpu>
-  %s
-  %s
-  <os>
-    <type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>%s</kernel>
-    <initrd>%s</initrd>
-    <cmdline>%s</cmdline>
-  </os>
-  <on_poweroff>destroy</on_poweroff>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <disk type='file' device='disk'>
-      <driver name='qemu' type='raw' cache='writeback'/>
-      <source file='%s'/>
-      <target dev='vda' bus='virtio'/>
-      <readonly/>
-      <shareable/>
-    </disk>
-    <interface type='network'>
-      <mac address='%s'/>
-      <source network='%s'/>
-      <model type='virtio'/>
-    </interface>
-    <serial type='file'><source path='%s' append='on'/><target port='0'/></serial>
-    <memballoon model='none'/>
-  </devices>
-</domain>`, typ, name, guestMemoryMiB, guestVCPUs, cpuModel(typ), features(typ), art.Kernel, initrd, image.Cmdline, disk.Path, nodeMAC(i), NetworkName, consoleLog(u.st.Dir, name))
-		d, err := c.DomainDefineXML(xml)
-		if err != nil {
-			return fmt.Errorf("define %s: %w", name, err)
+		g := guest{index: i, name: name, initrd: initrd, kernel: art.Kernel, disk: disk.Path, console: consoleLog(u.st.Dir, name)}
+		if err := g.boot(c, typ); err != nil {
+			return err
 		}
-		err = d.Create()
-		d.Free()
-		if err != nil {
-			return fmt.Errorf("start %s: %w", name, err)
-		}
+		guests[name] = g
 		u.st.Nodes = append(u.st.Nodes, name)
 	}
-	fmt.Fprintf(u.opts.Out, "           %d guests (%s) booting; consoles in %s\n", u.opts.Nodes, map[string]string{"kvm": "KVM", "qemu": "TCG"}[typ], nodes)
+	if typ == accelKVM {
+		if err := u.bootSilentWithTCG(c, guests); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(u.opts.Out, "           %d guests booting; consoles in %s\n", u.opts.Nodes, nodes)
 	return u.st.Save()
+}
+
+// kvmConsoleBound is how long a KVM guest may stay silent on its console
+// before it is taken for one a broken KVM hangs, and booted with TCG.
+const kvmConsoleBound = 20 * time.Second
+
+// bootSilentWithTCG boots with TCG each KVM guest that has written nothing
+// to its console within kvmConsoleBound: an unknown broken KVM costs
+// seconds, not a hung up.
+func (u *upRun) bootSilentWithTCG(c *libvirt.Connect, guests map[string]guest) error {
+	silent := silentConsoles(guests, time.Now().Add(kvmConsoleBound), 250*time.Millisecond)
+	for _, name := range silent {
+		fmt.Fprintf(u.opts.Out, "           %s: no console output %s after booting with KVM; booting it with TCG\n", name, kvmConsoleBound)
+		d, err := c.LookupDomainByName(name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		err = d.Destroy()
+		d.Free()
+		if err != nil {
+			return fmt.Errorf("destroy %s: %w", name, err)
+		}
+		if err := guests[name].boot(c, accelTCG); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// silentConsoles waits until every guest has written to its console or
+// the deadline passes, and names those that have not, sorted.
+func silentConsoles(guests map[string]guest, deadline time.Time, poll time.Duration) []string {
+	for {
+		var silent []string
+		for name, g := range guests {
+			if fi, err := os.Stat(g.console); err != nil || fi.Size() == 0 {
+				silent = append(silent, name)
+			}
+		}
+		if len(silent) == 0 || !time.Now().Before(deadline) {
+			slices.Sort(silent)
+			return silent
+		}
+		time.Sleep(poll)
+	}
 }
 
 // waitLab waits up to timeout until every lab node is Ready and
