@@ -60,7 +60,7 @@ func firstAnswer(ctx context.Context, client kubernetes.Interface) error {
 			}
 			return false, nil
 		}
-		got = hostnameAt(vip)
+		got = HostnameAt(vip, time.Second)
 		return got == p.Name, nil
 	})
 	if err != nil && ctx.Err() == nil {
@@ -69,17 +69,20 @@ func firstAnswer(ctx context.Context, client kubernetes.Interface) error {
 	return err
 }
 
-// answerClient opens a new connection per request, as curl does.
-var answerClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-// hostnameAt is agnhost netexec's /hostname through vip: the answering
-// pod's name, or "" without an answer.
-func hostnameAt(vip string) string {
-	resp, err := answerClient.Get("http://" + vip + "/hostname")
+// HostnameAt is agnhost netexec's /hostname through vip, asked on a new
+// connection (as curl does: a kept-alive one to a node that just died
+// would stall the next) within timeout: the answering pod's name, or ""
+// without an answer.
+func HostnameAt(vip string, timeout time.Duration) string {
+	c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + vip + "/hostname")
 	if err != nil {
 		return ""
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ""
+	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	return strings.TrimSpace(string(b))
 }

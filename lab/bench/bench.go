@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -283,20 +282,8 @@ func waitIngress(ctx context.Context, client kubernetes.Interface, name string) 
 	return vip, err
 }
 
-// httpClient opens a new connection per request, as curl does: a kept-alive
-// connection to the node that just died would stall the first probe.
-var httpClient = &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
-
-// answer asks the VIP who answers: agnhost netexec's /hostname, a pod name.
-func answer(vip string) string {
-	resp, err := httpClient.Get("http://" + vip + "/hostname")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	return strings.TrimSpace(string(b))
-}
+// answer asks the VIP who answers: a pod name, or "" within 500 ms.
+func answer(vip string) string { return lab.HostnameAt(vip, 500*time.Millisecond) }
 
 // upSeconds is the lab's own time in up's steps (building tools and
 // waiting for another user of libvirtd are not), in all and up to its
