@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,12 +28,12 @@ var kvmModulesThatHang = []string{"kvm_pvm"}
 
 // kvmEvidence is what the accelerator is chosen from.
 type kvmEvidence struct {
-	override   string // LABCLOUD_ACCEL
-	openErr    error  // opening /dev/kvm
-	apiErr     error  // KVM_GET_API_VERSION
-	apiVersion int    // its answer
-	createErr  error  // KVM_CREATE_VM
-	modules    []string
+	override   string   // LABCLOUD_ACCEL
+	openErr    error    // opening /dev/kvm
+	apiErr     error    // KVM_GET_API_VERSION
+	apiVersion int      // its answer
+	createErr  error    // KVM_CREATE_VM
+	modules    []string // KVM modules loaded; only those in kvmModulesThatHang matter
 }
 
 // chooseAccel picks the guests' domain type from the evidence, and says
@@ -47,12 +48,8 @@ func chooseAccel(e kvmEvidence) (domainType, reason string) {
 		return accelTCG, "LABCLOUD_ACCEL=tcg"
 	}
 	var hangs string
-	for _, m := range e.modules {
-		for _, bad := range kvmModulesThatHang {
-			if m == bad {
-				hangs = fmt.Sprintf("the host's KVM module is %s, which hangs stock guest kernels", m)
-			}
-		}
+	if i := slices.IndexFunc(e.modules, func(m string) bool { return slices.Contains(kvmModulesThatHang, m) }); i >= 0 {
+		hangs = fmt.Sprintf("the host's KVM module is %s, which hangs stock guest kernels", e.modules[i])
 	}
 	switch {
 	case e.openErr != nil && hangs != "":
@@ -71,11 +68,11 @@ func chooseAccel(e kvmEvidence) (domainType, reason string) {
 	return accelKVM, ""
 }
 
-// gatherKVMEvidence asks this host: the override, the KVM modules loaded
-// (/sys/module), and /dev/kvm itself.
+// gatherKVMEvidence asks this host: the override, which modules known to
+// hang guests are loaded (/sys/module), and /dev/kvm itself.
 func gatherKVMEvidence() kvmEvidence {
 	e := kvmEvidence{override: os.Getenv("LABCLOUD_ACCEL")}
-	for _, m := range append([]string{"kvm", "kvm_intel", "kvm_amd"}, kvmModulesThatHang...) {
+	for _, m := range kvmModulesThatHang {
 		if _, err := os.Stat("/sys/module/" + m); err == nil {
 			e.modules = append(e.modules, m)
 		}

@@ -76,13 +76,9 @@ func checkPoolsAtStart(ctx context.Context, cfg LoadBalancerConfig, hvs []*libvi
 // bridgeAddresses are the host's own addresses on the bridge, in the
 // namespace of nl.
 func bridgeAddresses(nl *netlink.Handle, bridge string) ([]reserved, error) {
-	link, err := nl.LinkByName(bridge)
+	addrs, err := bridgeAddrList(nl, bridge, netlink.FAMILY_ALL)
 	if err != nil {
-		return nil, fmt.Errorf("bridge %s: %w", bridge, err)
-	}
-	addrs, err := nl.AddrList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("addresses of bridge %s: %w", bridge, err)
+		return nil, err
 	}
 	var out []reserved
 	for _, a := range addrs {
@@ -98,13 +94,9 @@ func bridgeAddresses(nl *netlink.Handle, bridge string) ([]reserved, error) {
 // IPv4 subnets of four addresses or more, in the namespace of nl: a pool
 // of part of a subnet must not hand them out.
 func subnetEdges(nl *netlink.Handle, bridge string) ([]netip.Addr, error) {
-	link, err := nl.LinkByName(bridge)
+	addrs, err := bridgeAddrList(nl, bridge, netlink.FAMILY_V4)
 	if err != nil {
-		return nil, fmt.Errorf("bridge %s: %w", bridge, err)
-	}
-	addrs, err := nl.AddrList(link, netlink.FAMILY_V4)
-	if err != nil {
-		return nil, fmt.Errorf("addresses of bridge %s: %w", bridge, err)
+		return nil, err
 	}
 	var out []netip.Addr
 	for _, a := range addrs {
@@ -116,4 +108,18 @@ func subnetEdges(nl *netlink.Handle, bridge string) ([]netip.Addr, error) {
 		out = append(out, r.From(), r.To())
 	}
 	return out, nil
+}
+
+// bridgeAddrList lists the addresses of family on bridge, in the namespace
+// of nl; errors name the bridge.
+func bridgeAddrList(nl *netlink.Handle, bridge string, family int) ([]netlink.Addr, error) {
+	link, err := nl.LinkByName(bridge)
+	if err != nil {
+		return nil, fmt.Errorf("bridge %s: %w", bridge, err)
+	}
+	addrs, err := nl.AddrList(link, family)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of bridge %s: %w", bridge, err)
+	}
+	return addrs, nil
 }

@@ -3,9 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -94,7 +92,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	if err != nil {
 		return run, err
 	}
-	prober := startProber("http://"+b.vip+"/hostname", probeEvery)
+	prober := startProber(b.vip, probeEvery)
 
 	trigger := time.Now()
 	switch kind {
@@ -342,11 +340,10 @@ func summarizeFailovers(runs []FailoverRun) map[string]FailoverSummary {
 	return out
 }
 
-// prober is an HTTP client that opens a new connection every period, each
+// prober asks vip's /hostname on a new connection every period, each
 // request with its own timeout, whatever the previous ones are doing: what
 // a client retrying a dead address sees, without TCP's own backoff.
 type prober struct {
-	url  string
 	mu   sync.Mutex
 	done []attempt
 	quit chan struct{}
@@ -360,10 +357,8 @@ type attempt struct {
 	answer     string
 }
 
-var probeClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-func startProber(url string, every time.Duration) *prober {
-	p := &prober{url: url, quit: make(chan struct{})}
+func startProber(vip string, every time.Duration) *prober {
+	p := &prober{quit: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -374,7 +369,7 @@ func startProber(url string, every time.Duration) *prober {
 			go func() {
 				defer p.wg.Done()
 				a := attempt{start: time.Now()}
-				a.answer = get(url)
+				a.answer = lab.HostnameAt(vip, time.Second)
 				a.end = time.Now()
 				p.mu.Lock()
 				p.done = append(p.done, a)
@@ -388,19 +383,6 @@ func startProber(url string, every time.Duration) *prober {
 		}
 	}()
 	return p
-}
-
-func get(url string) string {
-	resp, err := probeClient.Get(url)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return ""
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	return strings.TrimSpace(string(b))
 }
 
 // wait returns the first successful attempt started at or after since whose

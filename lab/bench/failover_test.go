@@ -98,7 +98,7 @@ func TestProberKeepsOpeningConnections(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 
-	p := startProber(srv.URL, 50*time.Millisecond)
+	p := startProber(strings.TrimPrefix(srv.URL, "http://"), 50*time.Millisecond)
 	trigger := time.Now()
 	time.Sleep(300 * time.Millisecond)
 	recovered := time.Now()
