@@ -80,9 +80,9 @@ test: deps tools modules
 	$(MAKE) fuzz
 
 # Each fuzz target for FUZZTIME: the parsers of what users and libvirt
-# hand the CCM (annotations, cloud config, domain XML, ARP frames).
+# hand the CCM (annotations, cloud config, domain XML, ARP and NDP frames).
 FUZZTIME ?= 20s
-FUZZ_TARGETS := lb:FuzzParseRequest provider:FuzzLoadConfig libvirtcloud:FuzzParseDomainXML lb/announce:FuzzHandle
+FUZZ_TARGETS := lb:FuzzParseRequest provider:FuzzLoadConfig libvirtcloud:FuzzParseDomainXML lb/announce:FuzzHandle lb/announce:FuzzHandleND
 fuzz:
 	set -e; for t in $(FUZZ_TARGETS); do \
 		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \

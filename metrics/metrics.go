@@ -111,6 +111,19 @@ var (
 		Help:           "ARP requests for owned VIPs answered on the bridge.",
 		StabilityLevel: k8smetrics.ALPHA,
 	})
+	// NDPReplies counts Neighbor Solicitations for owned VIPs answered.
+	NDPReplies = k8smetrics.NewCounter(&k8smetrics.CounterOpts{
+		Namespace: namespace, Subsystem: "lb", Name: "ndp_replies_total",
+		Help:           "Neighbor Solicitations for owned IPv6 VIPs answered on the bridge.",
+		StabilityLevel: k8smetrics.ALPHA,
+	})
+	// VIPsDefended counts other hosts' duplicate-address probes for owned
+	// VIPs.
+	VIPsDefended = k8smetrics.NewCounter(&k8smetrics.CounterOpts{
+		Namespace: namespace, Subsystem: "lb", Name: "vip_defended_total",
+		Help:           "Duplicate-address probes from other hosts for owned IPv6 VIPs, answered in the VIP's defence.",
+		StabilityLevel: k8smetrics.ALPHA,
+	})
 	// LibvirtReconnects counts connections re-established after a loss.
 	LibvirtReconnects = k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 		Namespace: namespace, Subsystem: "libvirt", Name: "reconnects_total",
@@ -159,7 +172,7 @@ func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(
 			PoolAddresses, PoolAddressesInUse, Allocations, Releases, IPConflicts,
-			VIPMoves, FailoverSeconds, PlacementPassSeconds, ARPReplies,
+			VIPMoves, FailoverSeconds, PlacementPassSeconds, ARPReplies, NDPReplies, VIPsDefended,
 			LibvirtReconnects, LibvirtCallSeconds, LibvirtDomains, LibvirtUnparsableDomains,
 			RouteWrites, BuildInfo,
 		)

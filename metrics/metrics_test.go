@@ -61,8 +61,8 @@ func TestRegistered(t *testing.T) {
 			}
 		}
 	}
-	if len(found) != 15 {
-		t.Errorf("%d labcloud_* metrics gathered (%v), want 15", len(found), found)
+	if len(found) != 17 {
+		t.Errorf("%d labcloud_* metrics gathered (%v), want 17", len(found), found)
 	}
 	problems, err := testutil.NewPromLinter(&text).Lint()
 	if err != nil {

@@ -1,18 +1,16 @@
 // Package announce makes one node answer for each load-balancer VIP on a bridge.
 //
 // The CCM runs on the host, attached to the bridge. For every VIP it owns it
-// answers ARP requests that arrive on the bridge with the MAC of the node chosen
-// to serve that VIP, sends gratuitous ARP when the choice is made or changes
-// (and at start-up, when the bridge's link comes back, and on a slow timer), and
-// installs a permanent host neighbour entry so the host itself reaches the VIP
-// through that node. Addresses that are not currently owned VIPs are never
-// answered.
+// answers the questions that arrive on the bridge (ARP requests for IPv4,
+// Neighbor Solicitations for IPv6) with the MAC of the node chosen to serve
+// that VIP, tells the segment when the choice is made or changes (gratuitous
+// ARP, unsolicited Neighbor Advertisements; also at start-up, when the
+// bridge's link comes back, and on a slow timer), and installs a permanent
+// host neighbour entry so the host itself reaches the VIP through that node.
+// Addresses that are not currently owned VIPs are never answered.
 //
-// Frames are written with the chosen node's MAC as both the ARP sender hardware
-// address and the Ethernet source, so switches behind the bridge learn the node's
-// MAC on the right port; *arp.Client already does this (it takes the Ethernet
-// source from the packet's sender hardware address), so no hand-built frames
-// are needed.
+// Frames are written with the chosen node's MAC as the Ethernet source, so
+// switches behind the bridge learn the node's MAC on the right port.
 package announce
 
 import (
@@ -28,6 +26,7 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -45,6 +44,45 @@ type Conn interface {
 }
 
 var _ Conn = (*arp.Client)(nil)
+
+// NDConn carries whole Ethernet frames for IPv6 neighbour discovery: a
+// packet socket on the bridge that reads Neighbor Solicitations and
+// Advertisements, and writes Advertisements and probes.
+type NDConn interface {
+	net.PacketConn
+	// SetPromiscuous makes the bridge hand up frames addressed to other
+	// MACs too: a client re-checking a VIP sends its solicitation to the
+	// answering node's MAC, which the bridge would otherwise only forward.
+	SetPromiscuous(on bool) error
+}
+
+var _ NDConn = (*packet.Conn)(nil)
+
+// Groups joins and leaves IPv6 multicast groups on the bridge, so that
+// multicast snooping (the bridge's own, and switches behind it) delivers
+// the solicitations for owned VIPs to the host.
+type Groups interface {
+	Join(group netip.Addr) error
+	Leave(group netip.Addr) error
+	Close() error
+}
+
+// Conns are the sockets an Announcer uses on one incarnation of the bridge.
+type Conns struct {
+	ARP Conn
+	ND  NDConn
+	// Groups may be nil: solicitations then reach the host only where
+	// nothing snoops multicast.
+	Groups Groups
+}
+
+func (c Conns) close() error {
+	errs := []error{c.ARP.Close(), c.ND.Close()}
+	if c.Groups != nil {
+		errs = append(errs, c.Groups.Close())
+	}
+	return errors.Join(errs...)
+}
 
 // Neighbours edits the host's neighbour table. *netlink.Handle satisfies it.
 type Neighbours interface {
@@ -65,8 +103,8 @@ type LinkWatcher interface {
 }
 
 // Reopen finds the bridge by name again after it was re-created and opens
-// a new ARP connection on it.
-type Reopen func(name string) (*net.Interface, Conn, error)
+// new connections on it.
+type Reopen func(name string) (*net.Interface, Conns, error)
 
 // ErrNotRunning is returned by Probe when Run is not reading from the bridge.
 var ErrNotRunning = errors.New("announcer is not running")
@@ -100,6 +138,10 @@ type Options struct {
 	// defaults to reopening in the namespace New was called in; with
 	// NewWithConn a new index only re-announces.
 	Reopen Reopen
+	// OnDefend, if set, is told when another host probes (IPv6 duplicate
+	// address detection) for a VIP this Announcer answers; the probe is
+	// answered in the VIP's defence. It must not block.
+	OnDefend func(vip netip.Addr, from net.HardwareAddr)
 }
 
 func (o Options) withDefaults() Options {
@@ -118,7 +160,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Announcer answers ARP for owned VIPs on one bridge. Its methods are safe for
+// Announcer answers ARP and NDP for owned VIPs on one bridge. Its methods are safe for
 // concurrent use.
 //
 // The VIP table is written only under changeMu (by Set, Remove and Adopt),
@@ -130,7 +172,7 @@ type Announcer struct {
 	name  string // bridge name: found again by it when re-created
 	neigh Neighbours
 	opts  Options
-	// release frees what New acquired beyond the conn.
+	// release frees what New acquired beyond the conns.
 	release func()
 
 	bridge atomic.Pointer[incarnation] // replaced only by rebind
@@ -140,6 +182,7 @@ type Announcer struct {
 	// neighbour table always ends up matching the last call for each VIP.
 	changeMu sync.Mutex
 	neighOK  map[netip.Addr]bool // guarded by changeMu
+	joined   joinedGroups        // guarded by changeMu; see groups.go
 	// wireMu is held for reading while a frame about a VIP is written, and
 	// for writing while a new table is published: once Set or Remove
 	// returns, nothing is sent from the table it replaced.
@@ -152,39 +195,34 @@ type Announcer struct {
 
 	ran        atomic.Bool
 	started    chan struct{} // closed when Run starts reading
-	readerDone chan struct{} // closed when the reader stops
+	readerDone chan struct{} // closed when the readers stop
 
 	stats counters
 }
 
-// incarnation is the bridge as it is now: index, MAC and the connection
+// incarnation is the bridge as it is now: index, MAC and the connections
 // bound to it. A bridge re-created under its name is a new incarnation.
 type incarnation struct {
 	index int
 	mac   net.HardwareAddr
-	conn  Conn
+	Conns
 }
 
-// New opens a raw ARP socket on the bridge ifi in the calling thread's network
-// namespace (the socket stays there) and returns an Announcer using it. ifi
-// must have an IPv4 address and a MAC. neighbours must edit the neighbour table
-// of the same namespace, e.g. a *netlink.Handle from netlink.NewHandleAt.
-// Close releases the socket.
+// New opens raw ARP and neighbour-discovery sockets on the bridge ifi in the
+// calling thread's network namespace (they stay there) and returns an
+// Announcer using them. ifi needs a MAC, and no address of either family.
+// neighbours must edit the neighbour table of the same namespace, e.g. a
+// *netlink.Handle from netlink.NewHandleAt. Close releases the sockets.
 func New(ifi *net.Interface, neighbours Neighbours, opts Options) (*Announcer, error) {
-	pc, err := listen(ifi)
+	c, err := open(ifi)
 	if err != nil {
-		return nil, fmt.Errorf("opening ARP socket on %s: %w", ifi.Name, err)
-	}
-	c, err := arp.New(ifi, pc)
-	if err != nil {
-		pc.Close()
-		return nil, fmt.Errorf("ARP client on %s (needs an IPv4 address): %w", ifi.Name, err)
+		return nil, err
 	}
 	var release func()
 	if opts.Links == nil || opts.Reopen == nil {
 		ns, err := netns.Get()
 		if err != nil {
-			c.Close()
+			c.close()
 			return nil, fmt.Errorf("getting the network namespace of %s: %w", ifi.Name, err)
 		}
 		if opts.Links == nil {
@@ -195,9 +233,9 @@ func New(ifi *net.Interface, neighbours Neighbours, opts Options) (*Announcer, e
 		}
 		release = func() { ns.Close() }
 	}
-	a, err := NewWithConn(ifi, c, neighbours, opts)
+	a, err := NewWithConns(ifi, c, neighbours, opts)
 	if err != nil {
-		c.Close()
+		c.close()
 		if release != nil {
 			release()
 		}
@@ -207,12 +245,12 @@ func New(ifi *net.Interface, neighbours Neighbours, opts Options) (*Announcer, e
 	return a, nil
 }
 
-// NewWithConn returns an Announcer for the bridge ifi that reads and writes ARP
-// through conn and edits the host neighbour table through neighbours. Only
-// ifi's Index, Name and HardwareAddr are used.
-func NewWithConn(ifi *net.Interface, conn Conn, neighbours Neighbours, opts Options) (*Announcer, error) {
-	if ifi == nil || conn == nil || neighbours == nil {
-		return nil, errors.New("announce: interface, conn and neighbours are required")
+// NewWithConns returns an Announcer for the bridge ifi that reads and writes
+// frames through conns and edits the host neighbour table through
+// neighbours. Only ifi's Index, Name and HardwareAddr are used.
+func NewWithConns(ifi *net.Interface, conns Conns, neighbours Neighbours, opts Options) (*Announcer, error) {
+	if ifi == nil || conns.ARP == nil || conns.ND == nil || neighbours == nil {
+		return nil, errors.New("announce: interface, ARP and ND conns and neighbours are required")
 	}
 	if len(ifi.HardwareAddr) != 6 {
 		return nil, fmt.Errorf("announce: interface %s has no Ethernet address", ifi.Name)
@@ -228,14 +266,14 @@ func NewWithConn(ifi *net.Interface, conn Conn, neighbours Neighbours, opts Opti
 		started:    make(chan struct{}),
 		readerDone: make(chan struct{}),
 	}
-	a.bridge.Store(&incarnation{index: ifi.Index, mac: bytes.Clone(ifi.HardwareAddr), conn: conn})
+	a.bridge.Store(&incarnation{index: ifi.Index, mac: bytes.Clone(ifi.HardwareAddr), Conns: conns})
 	a.vips.Store(&vipTable{})
 	return a, nil
 }
 
-// Close releases the socket. Call it after Run has returned.
+// Close releases the sockets. Call it after Run has returned.
 func (a *Announcer) Close() error {
-	err := a.bridge.Load().conn.Close()
+	err := a.bridge.Load().close()
 	if a.release != nil {
 		a.release()
 	}

@@ -284,7 +284,10 @@ func TestSetRejects(t *testing.T) {
 		vip  netip.Addr
 		mac  net.HardwareAddr
 	}{
-		{"IPv6 VIP", netip.MustParseAddr("2001:db8::1"), node1MAC},
+		{"IPv6 link-local VIP", netip.MustParseAddr("fe80::1"), node1MAC},
+		{"IPv6 multicast VIP", netip.MustParseAddr("ff02::1"), node1MAC},
+		{"IPv6 unspecified VIP", netip.IPv6Unspecified(), node1MAC},
+		{"IPv6 VIP with a zone", netip.MustParseAddr("fd00::1%br0"), node1MAC},
 		{"invalid VIP", netip.Addr{}, node1MAC},
 		{"unspecified VIP", netip.IPv4Unspecified(), node1MAC},
 		{"broadcast VIP", netip.MustParseAddr("255.255.255.255"), node1MAC},

@@ -37,6 +37,32 @@ func (c *recordConn) WriteTo(p *arp.Packet, dst net.HardwareAddr) error {
 func (c *recordConn) SetReadDeadline(time.Time) error { return nil }
 func (c *recordConn) Close() error                    { return nil }
 
+// recordND records the neighbour-discovery frames written; it never reads
+// anything.
+type recordND struct {
+	net.PacketConn // nil: only the methods below are called
+	mu             sync.Mutex
+	frames         [][]byte
+}
+
+func (c *recordND) WriteTo(b []byte, _ net.Addr) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frames = append(c.frames, bytes.Clone(b))
+	return len(b), nil
+}
+
+func (c *recordND) take() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.frames
+	c.frames = nil
+	return out
+}
+
+func (c *recordND) SetPromiscuous(bool) error { return nil }
+func (c *recordND) Close() error              { return nil }
+
 func frameBytes(tb testing.TB, p *arp.Packet, src, dst net.HardwareAddr) []byte {
 	pb, err := p.MarshalBinary()
 	if err != nil {
@@ -62,7 +88,7 @@ func FuzzHandle(f *testing.F) {
 	f.Add(make([]byte, 60))
 
 	conn := &recordConn{}
-	a, err := NewWithConn(&net.Interface{Index: 7, Name: "br-fuzz", HardwareAddr: bridgeMAC}, conn, newFakeNeighbours(), testOptions())
+	a, err := NewWithConns(&net.Interface{Index: 7, Name: "br-fuzz", HardwareAddr: bridgeMAC}, Conns{ARP: conn, ND: &recordND{}}, newFakeNeighbours(), testOptions())
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,12 +1,8 @@
 package announce
 
 import (
-	"context"
 	"sync"
 	"time"
-
-	"github.com/mdlayher/arp"
-	"github.com/mdlayher/ethernet"
 )
 
 // Requests read while inactive are kept this long (and at most maxBacklog
@@ -29,11 +25,11 @@ type handover struct {
 	backlog []request
 }
 
-// request is an ARP request read while inactive.
+// request is a question read while inactive: an ARP request or a Neighbor
+// Solicitation, and how to answer it.
 type request struct {
-	p   *arp.Packet
-	eth *ethernet.Frame
-	at  time.Time
+	answer func()
+	at     time.Time
 }
 
 func (h *handover) active() bool {
@@ -42,8 +38,8 @@ func (h *handover) active() bool {
 	return h.on
 }
 
-// keep keeps the request if inactive, and says whether it did.
-func (h *handover) keep(p *arp.Packet, eth *ethernet.Frame) bool {
+// keep keeps the request's answer if inactive, and says whether it did.
+func (h *handover) keep(answer func()) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.on {
@@ -61,7 +57,7 @@ func (h *handover) keep(p *arp.Packet, eth *ethernet.Frame) bool {
 	if len(h.backlog) >= maxBacklog {
 		h.backlog = h.backlog[1:]
 	}
-	h.backlog = append(h.backlog, request{p: p, eth: eth, at: now})
+	h.backlog = append(h.backlog, request{answer: answer, at: now})
 	return true
 }
 
@@ -91,7 +87,7 @@ func (a *Announcer) SetActive(on bool) {
 	now := time.Now()
 	for _, r := range backlog {
 		if now.Sub(r.at) < backlogFor {
-			a.answer(context.Background(), r.p, r.eth)
+			r.answer()
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -143,12 +144,41 @@ func segmentPair(tb testing.TB) (bridge, station *arp.Client, stationRx *rxTime)
 	return bc, sc, rx
 }
 
+// ndSegment stands in for the neighbour-discovery packet socket.
+type ndSegment struct {
+	udpSegment
+	promisc atomic.Bool
+}
+
+func (c *ndSegment) SetPromiscuous(on bool) error {
+	c.promisc.Store(on)
+	return nil
+}
+
+// ndPair returns the announcer's end and the station's end of a segment
+// for neighbour-discovery frames.
+func ndPair(tb testing.TB) (bridge *ndSegment, station udpSegment) {
+	tb.Helper()
+	listen := func() *net.UDPConn {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			tb.Fatalf("listen UDP: %v", err)
+		}
+		return c
+	}
+	a, b := listen(), listen()
+	tb.Cleanup(func() { b.Close() })
+	return &ndSegment{udpSegment: udpSegment{a, b.LocalAddr(), nil}}, udpSegment{b, a.LocalAddr(), nil}
+}
+
 // station is the other end of the segment: it sends frames as any host on the
 // bridge might, and reads what the announcer writes.
 type station struct {
-	tb testing.TB
-	c  *arp.Client
-	rx *rxTime // when the frame last read was written
+	tb       testing.TB
+	c        *arp.Client
+	rx       *rxTime    // when the frame last read was written
+	nd       udpSegment // neighbour discovery
+	ndBridge *ndSegment // the announcer's end
 }
 
 func (s *station) send(p *arp.Packet, dst net.HardwareAddr) {
@@ -306,12 +336,13 @@ type fixture struct {
 func newFixture(tb testing.TB, opts Options) *fixture {
 	tb.Helper()
 	bc, sc, rx := segmentPair(tb)
+	bnd, snd := ndPair(tb)
 	neigh := newFakeNeighbours()
-	a, err := NewWithConn(loopbackInterface(tb, "br-test", bridgeMAC), bc, neigh, opts)
+	a, err := NewWithConns(loopbackInterface(tb, "br-test", bridgeMAC), Conns{ARP: bc, ND: bnd}, neigh, opts)
 	if err != nil {
-		tb.Fatalf("NewWithConn: %v", err)
+		tb.Fatalf("NewWithConns: %v", err)
 	}
-	f := &fixture{a: a, st: &station{tb: tb, c: sc, rx: rx}, neigh: neigh}
+	f := &fixture{a: a, st: &station{tb: tb, c: sc, rx: rx, nd: snd, ndBridge: bnd}, neigh: neigh}
 	var once sync.Once
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(testContext(tb))

@@ -58,37 +58,53 @@ func (a *Announcer) syncNeighbours() (int, error) {
 	return failed, first
 }
 
-func (a *Announcer) resyncNeighbours(ctx context.Context) {
+// resync re-installs the neighbour entries and re-joins the groups.
+func (a *Announcer) resync(ctx context.Context) {
 	if failed, err := a.syncNeighbours(); err != nil {
 		klog.FromContext(ctx).Error(err, "Re-installing host neighbour entries", "failed", failed)
 	}
+	a.changeMu.Lock()
+	err := a.syncGroups()
+	a.changeMu.Unlock()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Joining the IPv6 VIPs' solicited-node groups")
+	}
 }
 
-// forgetNeighbours marks every entry as missing, for the next Set or
-// refresh to install: they were on a bridge that is gone.
-func (a *Announcer) forgetNeighbours() {
+// forget marks every neighbour entry and group as missing, for the next
+// Set or refresh to install: they were on a bridge that is gone.
+func (a *Announcer) forget() {
 	a.changeMu.Lock()
 	clear(a.neighOK)
+	a.joined = joinedGroups{}
 	a.changeMu.Unlock()
 }
 
 func (a *Announcer) neighbour(vip netip.Addr, mac net.HardwareAddr) *netlink.Neigh {
+	family := netlink.FAMILY_V4
+	if vip.Is6() {
+		family = netlink.FAMILY_V6
+	}
 	return &netlink.Neigh{
 		LinkIndex:    a.bridge.Load().index,
-		Family:       netlink.FAMILY_V4,
+		Family:       family,
 		State:        netlink.NUD_PERMANENT,
 		IP:           net.IP(vip.AsSlice()),
 		HardwareAddr: mac,
 	}
 }
 
-// Recorded reads the host's permanent IPv4 neighbour entries on the bridge:
-// the durable record, kept by the kernel across a restart of this process,
-// of what the last announcer installed (VIP → MAC of the answering node).
+// Recorded reads the host's permanent neighbour entries on the bridge: the
+// durable record, kept by the kernel across a restart of this process, of
+// what the last announcer installed (VIP → MAC of the answering node).
 func (a *Announcer) Recorded() (map[netip.Addr]net.HardwareAddr, error) {
-	list, err := a.neigh.NeighList(a.bridge.Load().index, netlink.FAMILY_V4)
-	if err != nil {
-		return nil, fmt.Errorf("listing neighbours on %s: %w", a.name, err)
+	var list []netlink.Neigh
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		l, err := a.neigh.NeighList(a.bridge.Load().index, family)
+		if err != nil {
+			return nil, fmt.Errorf("listing neighbours on %s: %w", a.name, err)
+		}
+		list = append(list, l...)
 	}
 	out := map[netip.Addr]net.HardwareAddr{}
 	for _, n := range list {

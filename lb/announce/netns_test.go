@@ -26,11 +26,11 @@ import (
 
 // The privileged tests build a small lab of network namespaces:
 //
-//	host:   bridge br-lab 10.77.0.1/24, where the Announcer's raw socket lives
-//	node1:  eth0 10.77.0.11/24, VIP on lo (arp_ignore=1, arp_announce=2)
-//	node2:  eth0 10.77.0.12/24, VIP on lo (same)
-//	client: eth0 10.77.0.50/24
-//	rogue:  eth0 10.77.0.200/24, a host that really owns an address
+//	host:   bridge br-lab 10.77.0.1/24 fd77::1/64, where the Announcer's raw sockets live
+//	node1:  eth0 10.77.0.11/24 fd77::11/64, VIPs on lo (arp_ignore=1, arp_announce=2)
+//	node2:  eth0 10.77.0.12/24 fd77::12/64, VIPs on lo (same)
+//	client: eth0 10.77.0.50/24 fd77::50/64
+//	rogue:  eth0 10.77.0.200/24 fd77::c8/64, a host that really owns an address
 //
 // each attached to the bridge by a veth pair. The namespaces are unnamed: they
 // disappear when the test closes its handles and sockets, even if it dies.
@@ -46,7 +46,24 @@ var (
 	labFreeIP   = netip.MustParseAddr("10.77.0.201")
 	labUnowned  = netip.MustParseAddr("10.77.0.150")
 	labEchoPort = 7777
+
+	labVIP6     = netip.MustParseAddr("fd77::100")
+	labRogueIP6 = netip.MustParseAddr("fd77::c8")
 )
+
+// v6 is the lab's IPv6 address of a peer whose IPv4 address is ip: the
+// same last byte, in hex.
+func v6(ip netip.Addr) netip.Addr {
+	b := netip.MustParseAddr("fd77::").As16()
+	b[15] = ip.As4()[3]
+	return netip.AddrFrom16(b)
+}
+
+// noDAD is an IPv6 address that needs no duplicate-address detection, so
+// that tests do not wait a second for it.
+func noDAD(ip netip.Addr, bits int) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(bits, 128)}, Flags: unix.IFA_F_NODAD}
+}
 
 func requireRoot(tb testing.TB) {
 	tb.Helper()
@@ -138,6 +155,7 @@ func newLab(tb testing.TB, opts Options) *lab {
 	l.check(err, "bridge")
 	l.bridge = bridge
 	l.check(l.host.h.AddrAdd(bridge, &netlink.Addr{IPNet: prefix("10.77.0.1/24")}), "bridge address")
+	l.check(l.host.h.AddrAdd(bridge, noDAD(v6(l.host.ip), 64)), "bridge IPv6 address")
 	l.check(l.host.h.LinkSetUp(bridge), "bridge up")
 
 	attach := func(name string, p labPeer) {
@@ -155,6 +173,13 @@ func newLab(tb testing.TB, opts Options) *lab {
 		eth0, err := p.h.LinkByName("eth0")
 		l.check(err, "eth0 of "+name)
 		l.check(p.h.AddrAdd(eth0, &netlink.Addr{IPNet: prefix(p.ip.String() + "/24")}), "address of "+name)
+		l.check(p.h.AddrAdd(eth0, noDAD(v6(p.ip), 64)), "IPv6 address of "+name)
+		if name != "rogue" {
+			// A tentative link-local address keeps a node from
+			// resolving anyone for a second; the rogue's detection is
+			// what a test watches.
+			l.check(inNamespace(p.ns, func() error { return writeSysctl("net/ipv6/conf/eth0/accept_dad", "0") }), "accept_dad")
+		}
 		l.check(p.h.LinkSetUp(eth0), "eth0 up")
 	}
 	for i := range l.nodes {
@@ -166,6 +191,7 @@ func newLab(tb testing.TB, opts Options) *lab {
 		// The VIP is local on the node, for kube-proxy's sake, but the node
 		// never answers ARP for it: only the announcer does.
 		l.check(n.h.AddrAdd(lo, &netlink.Addr{IPNet: prefix(labVIP.String() + "/32")}), "VIP on lo")
+		l.check(n.h.AddrAdd(lo, noDAD(labVIP6, 128)), "IPv6 VIP on lo")
 		l.check(inNamespace(n.ns, func() error {
 			for _, kv := range [][2]string{
 				{"net/ipv4/conf/all/arp_ignore", "1"},
@@ -335,18 +361,22 @@ func (l *lab) udpSocket(p labPeer, laddr *net.UDPAddr) *net.UDPConn {
 	var c *net.UDPConn
 	l.check(inNamespace(p.ns, func() error {
 		var err error
-		c, err = net.ListenUDP("udp4", laddr)
+		c, err = net.ListenUDP("udp", laddr)
 		return err
 	}), "UDP socket")
 	l.cleanup(func() { c.Close() })
 	return c
 }
 
-// startEchoServers makes each node answer UDP datagrams to the VIP with its
-// name, so a test can tell which node it reached.
+// startEchoServers makes each node answer UDP datagrams to the VIPs with
+// its name, so a test can tell which node it reached.
 func (l *lab) startEchoServers() {
-	for i, n := range l.nodes {
-		c := l.udpSocket(n, &net.UDPAddr{IP: net.IP(labVIP.AsSlice()), Port: labEchoPort})
+	for i, n := range append(l.nodes[:], l.nodes[:]...) {
+		vip := labVIP
+		if i >= len(l.nodes) {
+			vip, i = labVIP6, i-len(l.nodes)
+		}
+		c := l.udpSocket(n, &net.UDPAddr{IP: net.IP(vip.AsSlice()), Port: labEchoPort})
 		name := []byte(fmt.Sprintf("node%d", i+1))
 		go func() {
 			buf := make([]byte, 64)
@@ -365,10 +395,16 @@ func (l *lab) startEchoServers() {
 // node that answered.
 func reach(tb testing.TB, c *net.UDPConn) string {
 	tb.Helper()
+	return reachVIP(tb, c, labVIP)
+}
+
+// reachVIP is reach for either VIP.
+func reachVIP(tb testing.TB, c *net.UDPConn, vip netip.Addr) string {
+	tb.Helper()
 	buf := make([]byte, 64)
 	var lastErr error
 	for range 5 {
-		if _, err := c.WriteToUDP([]byte("who"), &net.UDPAddr{IP: net.IP(labVIP.AsSlice()), Port: labEchoPort}); err != nil {
+		if _, err := c.WriteToUDP([]byte("who"), &net.UDPAddr{IP: net.IP(vip.AsSlice()), Port: labEchoPort}); err != nil {
 			lastErr = err
 			time.Sleep(200 * time.Millisecond)
 			continue
@@ -380,7 +416,7 @@ func reach(tb testing.TB, c *net.UDPConn) string {
 		}
 		lastErr = err
 	}
-	tb.Fatalf("VIP %s unreachable: %v", labVIP, lastErr)
+	tb.Fatalf("VIP %s unreachable: %v", vip, lastErr)
 	return ""
 }
 
@@ -391,7 +427,11 @@ func neighbour(tb testing.TB, p labPeer, linkName string, ip netip.Addr) (netlin
 	if err != nil {
 		tb.Fatal(err)
 	}
-	list, err := p.h.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+	family := netlink.FAMILY_V4
+	if ip.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	list, err := p.h.NeighList(link.Attrs().Index, family)
 	if err != nil {
 		tb.Fatalf("neighbour list: %v", err)
 	}

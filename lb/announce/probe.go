@@ -64,9 +64,10 @@ func (ps *probers) tell(vip netip.Addr, owner net.HardwareAddr) {
 }
 
 // Probe asks the bridge whether anyone else uses vip, before it is claimed: it
-// sends an ARP probe (sender IP 0.0.0.0, RFC 5227) and waits up to the probe
-// timeout for another host to answer for vip, or to announce or probe it. An
-// answer carrying the MAC this Announcer itself uses for vip is not a conflict.
+// sends an ARP probe (sender IP 0.0.0.0, RFC 5227) or, for IPv6, a
+// duplicate-address probe (RFC 4862), and waits up to the probe timeout for
+// another host to answer for vip, or to announce or probe it. An answer
+// carrying the MAC this Announcer itself uses for vip is not a conflict.
 // Probes run concurrently; each waits on its own. Run must be running.
 //
 // The host's own addresses are not detected: its stack never sees the probe it
@@ -126,9 +127,16 @@ func (a *Announcer) Probe(ctx context.Context, vip netip.Addr) (owner net.Hardwa
 }
 
 func (a *Announcer) sendProbe(vip netip.Addr) error {
+	if vip.Is6() {
+		if err := a.sendNDProbe(vip); err != nil {
+			return err
+		}
+		a.stats.probes.Add(1)
+		return nil
+	}
 	b := a.bridge.Load()
 	p := arpPacket(arp.OperationRequest, b.mac, netip.IPv4Unspecified(), zeroMAC, vip)
-	if err := b.conn.WriteTo(p, ethernet.Broadcast); err != nil {
+	if err := b.ARP.WriteTo(p, ethernet.Broadcast); err != nil {
 		a.stats.writeErrors.Add(1)
 		return err
 	}
@@ -147,14 +155,20 @@ func (a *Announcer) notifyProbes(p *arp.Packet) {
 		}
 		claimed = p.TargetIP // a simultaneous probe from another host
 	}
-	if !a.probes.waiting(claimed) {
+	a.claimed(claimed, p.SenderHardwareAddr)
+}
+
+// claimed tells the probes of ip that the host with MAC from uses it,
+// unless from is the bridge or this Announcer's own choice for ip.
+func (a *Announcer) claimed(ip netip.Addr, from net.HardwareAddr) {
+	if !a.probes.waiting(ip) {
 		return
 	}
-	if bytes.Equal(p.SenderHardwareAddr, a.bridge.Load().mac) {
+	if bytes.Equal(from, a.bridge.Load().mac) {
 		return // the bridge itself
 	}
-	if c, ok := a.table()[claimed]; ok && bytes.Equal(c.mac, p.SenderHardwareAddr) {
+	if c, ok := a.table()[ip]; ok && bytes.Equal(c.mac, from) {
 		return // our own choice answering
 	}
-	a.probes.tell(claimed, bytes.Clone(p.SenderHardwareAddr))
+	a.probes.tell(ip, bytes.Clone(from))
 }

@@ -34,26 +34,26 @@ func arpPacket(op arp.Operation, sha net.HardwareAddr, spa netip.Addr, tha net.H
 	}
 }
 
-// readLoop reads the bridge until ctx is done, following it to a new
-// incarnation when it is re-created.
-func (a *Announcer) readLoop(ctx context.Context) {
-	logger := klog.FromContext(ctx)
+// readLoop reads one kind of frame from the bridge until ctx is done,
+// following the bridge to a new incarnation when it is re-created. read
+// reads and handles one frame from an incarnation's socket.
+func (a *Announcer) readLoop(ctx context.Context, proto string, read func(*incarnation) error) {
+	logger := klog.FromContext(ctx).WithValues("protocol", proto)
 	var lastLog time.Time
 	for {
-		conn := a.bridge.Load().conn
-		p, eth, err := conn.Read()
+		b := a.bridge.Load()
+		err := read(b)
 		if err == nil {
-			a.handle(ctx, p, eth)
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if a.bridge.Load().conn != conn {
+		if a.bridge.Load() != b {
 			continue // the bridge was re-created: read the new socket
 		}
 		if errors.Is(err, net.ErrClosed) {
-			logger.Error(err, "ARP socket closed; no longer answering")
+			logger.Error(err, "Socket closed; no longer answering")
 			return
 		}
 		var sockErr *net.OpError
@@ -63,7 +63,7 @@ func (a *Announcer) readLoop(ctx context.Context) {
 		// A socket error, such as ENETDOWN while the bridge is down: keep
 		// going, a little later.
 		if time.Since(lastLog) > 10*time.Second {
-			logger.V(2).Info("Reading ARP", "err", err)
+			logger.V(2).Info("Reading the bridge", "err", err)
 			lastLog = time.Now()
 		}
 		select {
@@ -72,6 +72,15 @@ func (a *Announcer) readLoop(ctx context.Context) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// readARP reads and handles one ARP frame.
+func (a *Announcer) readARP(ctx context.Context, b *incarnation) error {
+	p, eth, err := b.ARP.Read()
+	if err == nil {
+		a.handle(ctx, p, eth)
+	}
+	return err
 }
 
 func isTimeout(err error) bool {
@@ -97,7 +106,7 @@ func (a *Announcer) handle(ctx context.Context, p *arp.Packet, eth *ethernet.Fra
 	if p.Operation != arp.OperationRequest {
 		return
 	}
-	if a.handover.keep(p, eth) {
+	if a.handover.keep(func() { a.answer(ctx, p, eth) }) {
 		return // inactive: SetActive may answer it
 	}
 	a.answer(ctx, p, eth)
@@ -121,7 +130,7 @@ func (a *Announcer) answer(ctx context.Context, req *arp.Packet, eth *ethernet.F
 		dst = eth.Source
 	}
 	reply := arpPacket(arp.OperationReply, c.mac, vip, req.SenderHardwareAddr, req.SenderIP)
-	if err := a.bridge.Load().conn.WriteTo(reply, dst); err != nil {
+	if err := a.bridge.Load().ARP.WriteTo(reply, dst); err != nil {
 		a.stats.writeErrors.Add(1)
 		klog.FromContext(ctx).V(2).Info("Answering ARP", "vip", vip, "to", dst, "err", err)
 		return

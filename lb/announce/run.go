@@ -10,8 +10,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Run answers ARP requests for owned VIPs and sends the gratuitous ARP that
-// Set, start-up, the bridge coming back up and the refresh timer call for,
+// Run answers ARP requests and Neighbor Solicitations for owned VIPs and
+// sends the announcements that Set, start-up, the bridge coming back up and
+// the refresh timer call for,
 // until ctx is done. Everything it starts has stopped when it returns. It may
 // be called once.
 func (a *Announcer) Run(ctx context.Context) error {
@@ -31,21 +32,26 @@ func (a *Announcer) Run(ctx context.Context) error {
 		linkUp = ch
 	}
 
-	var wg sync.WaitGroup
-	wg.Add(3)
+	var wg, readers sync.WaitGroup
+	nd := make([]byte, maxNDFrame) // the ND reader's buffer
+	for proto, read := range map[string]func(*incarnation) error{
+		"ARP": func(b *incarnation) error { return a.readARP(ctx, b) },
+		"NDP": func(b *incarnation) error { return a.readND(ctx, b, nd) },
+	} {
+		readers.Go(func() { a.readLoop(ctx, proto, read) })
+	}
+	wg.Add(2)
 	go func() {
-		defer wg.Done()
-		defer close(a.readerDone)
-		a.readLoop(ctx)
-	}()
-	go func() {
-		// Unblock the reader once ctx is done, on whichever connection it
-		// reads by then.
+		// Unblock the readers once ctx is done, on whichever connections
+		// they read by then.
 		defer wg.Done()
 		<-ctx.Done()
 		for {
-			if err := a.bridge.Load().conn.SetReadDeadline(time.Now()); err != nil {
-				logger.V(2).Info("Could not interrupt the ARP reader", "err", err)
+			b := a.bridge.Load()
+			for _, c := range []interface{ SetReadDeadline(time.Time) error }{b.ARP, b.ND} {
+				if err := c.SetReadDeadline(time.Now()); err != nil {
+					logger.V(2).Info("Could not interrupt a reader", "err", err)
+				}
 			}
 			select {
 			case <-a.readerDone:
@@ -55,12 +61,17 @@ func (a *Announcer) Run(ctx context.Context) error {
 		}
 	}()
 	go func() {
+		readers.Wait()
+		close(a.readerDone)
+	}()
+	go func() {
 		defer wg.Done()
 		a.announceLoop(ctx, linkUp)
 	}()
 	close(a.started)
 	logger.V(2).Info("Announcing VIPs")
 	wg.Wait()
+	<-a.readerDone
 	if linkUp != nil {
 		for range linkUp {
 			// The watcher closes it once it has stopped.
@@ -84,7 +95,7 @@ func (a *Announcer) announceLoop(ctx context.Context, linkUp <-chan int) {
 	// After the bridge was down or re-created: the kernel flushed its
 	// neighbour entries, and announcements sent meanwhile were lost.
 	reannounce := func() {
-		a.resyncNeighbours(ctx)
+		a.resync(ctx)
 		sched.rearm(a.vips.Load(), a.opts.Count)
 	}
 	timer := time.NewTimer(time.Hour)
@@ -103,7 +114,7 @@ func (a *Announcer) announceLoop(ctx context.Context, linkUp <-chan int) {
 		case <-due:
 		case <-refresh:
 			sched.rearm(a.vips.Load(), 1)
-			a.resyncNeighbours(ctx)
+			a.resync(ctx)
 		case index, ok := <-linkUp:
 			if !ok {
 				linkUp = nil
@@ -139,18 +150,19 @@ func (a *Announcer) rebind(ctx context.Context, index int) error {
 	if cur == index || a.opts.Reopen == nil {
 		return nil
 	}
-	ifi, conn, err := a.opts.Reopen(a.name)
+	ifi, conns, err := a.opts.Reopen(a.name)
 	if err != nil {
 		return err
 	}
 	if ifi.Index == cur {
-		return conn.Close()
+		return conns.close()
 	}
-	old := a.bridge.Swap(&incarnation{index: ifi.Index, mac: bytes.Clone(ifi.HardwareAddr), conn: conn})
+	old := a.bridge.Swap(&incarnation{index: ifi.Index, mac: bytes.Clone(ifi.HardwareAddr), Conns: conns})
 	if ctx.Err() != nil {
-		_ = conn.SetReadDeadline(time.Now())
+		_ = conns.ARP.SetReadDeadline(time.Now())
+		_ = conns.ND.SetReadDeadline(time.Now())
 	}
-	_ = old.conn.Close() // the reader moves to the new socket
-	a.forgetNeighbours()
+	_ = old.close() // the readers move to the new sockets
+	a.forget()
 	return nil
 }

@@ -22,8 +22,9 @@ const sandboxChildEnv = "LABCLOUD_ANNOUNCE_SANDBOX_BRIDGE"
 // TestRunsInTheUnitsSandbox runs an Announcer as an installed CCM runs it:
 // in a process confined as the shipped systemd unit confines the CCM (its
 // capability bounding set, no new privileges), started inside the
-// bridge's network namespace. It must keep running, install the VIP's
-// neighbour entry and send gratuitous ARP.
+// bridge's network namespace. It must keep running, install the VIPs'
+// neighbour entries, send gratuitous ARP and unsolicited Neighbor
+// Advertisements, join the IPv6 VIP's group and hear frames for others.
 func TestRunsInTheUnitsSandbox(t *testing.T) {
 	if bridge := os.Getenv(sandboxChildEnv); bridge != "" {
 		announceInSandbox(t, bridge)
@@ -32,6 +33,7 @@ func TestRunsInTheUnitsSandbox(t *testing.T) {
 	sandbox, ns := sandboxNetns(t, "lc-sandbox")
 	run(t, "ip", "-n", ns, "link", "add", "br-sb", "address", "02:78:00:00:00:01", "type", "bridge")
 	run(t, "ip", "-n", ns, "addr", "add", "10.78.0.1/24", "dev", "br-sb")
+	run(t, "ip", "-n", ns, "addr", "add", "fd78::1/64", "dev", "br-sb", "nodad")
 	run(t, "ip", "-n", ns, "link", "set", "br-sb", "up")
 
 	argv := sandbox.Wrap([]string{os.Args[0], "-test.run=^TestRunsInTheUnitsSandbox$", "-test.v"})
@@ -46,8 +48,10 @@ func TestRunsInTheUnitsSandbox(t *testing.T) {
 		t.Fatal("the confined process did not report its announcement")
 	}
 	neigh := run(t, "ip", "-n", ns, "neigh", "show", "dev", "br-sb", "nud", "permanent")
-	if !strings.Contains(neigh, "10.78.0.100 lladdr 02:78:00:00:00:11") {
-		t.Fatalf("no permanent neighbour entry for the VIP after the confined run:\n%s", neigh)
+	for _, want := range []string{"10.78.0.100 lladdr 02:78:00:00:00:11", "fd78::100 lladdr 02:78:00:00:00:11"} {
+		if !strings.Contains(neigh, want) {
+			t.Fatalf("no permanent neighbour entry %q after the confined run:\n%s", want, neigh)
+		}
 	}
 }
 
@@ -84,14 +88,22 @@ func announceInSandbox(t *testing.T, bridge string) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(ctx) }()
-	if err := a.Set(netip.MustParseAddr("10.78.0.100"), mustMAC("02:78:00:00:00:11")); err != nil {
-		t.Fatal(err)
+	for _, vip := range []string{"10.78.0.100", "fd78::100"} {
+		if err := a.Set(netip.MustParseAddr(vip), mustMAC("02:78:00:00:00:11")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(readFile(t, "/proc/net/igmp6"), "ff0200000000000000000001ff000100") {
+		t.Errorf("the IPv6 VIP's solicited-node group is not joined:\n%s", readFile(t, "/proc/net/igmp6"))
+	}
+	if link, err := h.LinkByName(bridge); err != nil || link.Attrs().Promisc == 0 {
+		t.Errorf("the bridge is not promiscuous with an IPv6 VIP owned (%v)", err)
 	}
 	if err := <-ran; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if s := a.Stats(); s.Gratuitous == 0 || s.WriteErrors > 0 {
-		t.Fatalf("stats %+v: want gratuitous ARP written without errors", s)
+	if s := a.Stats(); s.Gratuitous == 0 || s.Advertisements == 0 || s.WriteErrors > 0 {
+		t.Fatalf("stats %+v: want gratuitous ARP and advertisements written without errors", s)
 	}
 	t.Log("announced in the sandbox")
 }
@@ -112,6 +124,15 @@ func sandboxNetns(t *testing.T, prefix string) (examples.Sandbox, string) {
 	run(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	return sandbox, ns
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func run(t *testing.T, name string, args ...string) string {

@@ -13,7 +13,8 @@ import (
 	"github.com/labcloud/labcloud/metrics"
 )
 
-// schedule says which VIPs are due for gratuitous ARP, and when. It belongs
+// schedule says which VIPs are due for announcement (gratuitous ARP, or
+// unsolicited Neighbor Advertisements), and when. It belongs
 // to the announce loop alone, which brings it up to date with the VIP
 // table before each use.
 type schedule struct {
@@ -109,12 +110,25 @@ func (a *Announcer) sendDue(ctx context.Context, s *schedule, now time.Time) tim
 	return max(next.Sub(now), 0)
 }
 
-// sendRound writes one gratuitous request and one gratuitous reply for vip,
-// both from mac, to the broadcast address, and returns when the first frame
-// was written (zero if none was). Linux moves an existing, fresh neighbour
-// entry only when it sees both forms. Callers hold wireMu for reading.
+// sendRound announces vip at mac once and returns when the first frame was
+// written (zero if none was). Callers hold wireMu for reading.
 func (a *Announcer) sendRound(vip netip.Addr, mac net.HardwareAddr) (time.Time, error) {
-	conn := a.bridge.Load().conn
+	if vip.Is6() {
+		if err := a.advertise(vip, mac); err != nil {
+			return time.Time{}, err
+		}
+		sent := time.Now()
+		a.stats.advertisements.Add(1)
+		return sent, nil
+	}
+	return a.sendGratuitousARP(vip, mac)
+}
+
+// sendGratuitousARP writes one gratuitous request and one gratuitous reply
+// for vip, both from mac, to the broadcast address. Linux moves an
+// existing, fresh neighbour entry only when it sees both forms.
+func (a *Announcer) sendGratuitousARP(vip netip.Addr, mac net.HardwareAddr) (time.Time, error) {
+	conn := a.bridge.Load().ARP
 	var (
 		first error
 		sent  time.Time

@@ -4,19 +4,62 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 
-	"github.com/mdlayher/arp"
-	"github.com/vishvananda/netns"
-
 	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/bpf"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
-// listen opens a raw packet socket for ARP on ifi that does not see the frames
-// this host sends, so the responder never hears its own announcements.
-func listen(ifi *net.Interface) (net.PacketConn, error) {
-	c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+// open opens the ARP and neighbour-discovery sockets on ifi, and the
+// socket that joins multicast groups if the host has IPv6 at all.
+func open(ifi *net.Interface) (Conns, error) {
+	arpc, err := listen(ifi, unix.ETH_P_ARP, nil)
+	if err != nil {
+		return Conns{}, fmt.Errorf("opening ARP socket on %s: %w", ifi.Name, err)
+	}
+	nd, err := listen(ifi, unix.ETH_P_IPV6, ndFilter)
+	if err != nil {
+		arpc.Close()
+		return Conns{}, fmt.Errorf("opening neighbour-discovery socket on %s: %w", ifi.Name, err)
+	}
+	c := Conns{ARP: &arpConn{pc: arpc}, ND: nd}
+	if g, err := listenGroups(ifi); err == nil {
+		c.Groups = g
+	}
+	return c, nil
+}
+
+// ndFilter passes only ICMPv6 Neighbor Solicitations and Advertisements
+// without extension headers (which neighbour discovery never carries), so
+// the socket costs nothing for the rest of the bridge's IPv6 traffic.
+var ndFilter = mustAssemble([]bpf.Instruction{
+	bpf.LoadAbsolute{Off: 12, Size: 2},                                    // EtherType
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_IPV6, SkipTrue: 5}, // drop
+	bpf.LoadAbsolute{Off: 14 + 6, Size: 1},                                // next header
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_ICMPV6, SkipTrue: 3},
+	bpf.LoadAbsolute{Off: 14 + 40, Size: 1}, // ICMPv6 type
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(ipv6.ICMPTypeNeighborSolicitation), SkipTrue: 2},
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(ipv6.ICMPTypeNeighborAdvertisement), SkipTrue: 1},
+	bpf.RetConstant{Val: 0},
+	bpf.RetConstant{Val: maxNDFrame},
+})
+
+func mustAssemble(prog []bpf.Instruction) []bpf.RawInstruction {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		panic(err)
+	}
+	return raw
+}
+
+// listen opens a raw packet socket for proto on ifi that does not see the
+// frames this host sends, so the responder never hears its own frames.
+func listen(ifi *net.Interface, proto int, filter []bpf.RawInstruction) (*packet.Conn, error) {
+	c, err := packet.Listen(ifi, packet.Raw, proto, &packet.Config{Filter: filter})
 	if err != nil {
 		return nil, err
 	}
@@ -39,31 +82,50 @@ func listen(ifi *net.Interface) (net.PacketConn, error) {
 	return c, nil
 }
 
+// udpGroups joins groups through a UDP socket that is never read: joining
+// needs no privilege, and the kernel sends the MLD reports.
+type udpGroups struct {
+	c   *net.UDPConn
+	pc  *ipv6.PacketConn
+	ifi *net.Interface
+}
+
+func listenGroups(ifi *net.Interface) (*udpGroups, error) {
+	c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6unspecified})
+	if err != nil {
+		return nil, err
+	}
+	return &udpGroups{c: c, pc: ipv6.NewPacketConn(c), ifi: ifi}, nil
+}
+
+func (g *udpGroups) Join(group netip.Addr) error {
+	return g.pc.JoinGroup(g.ifi, &net.UDPAddr{IP: group.AsSlice()})
+}
+
+func (g *udpGroups) Leave(group netip.Addr) error {
+	return g.pc.LeaveGroup(g.ifi, &net.UDPAddr{IP: group.AsSlice()})
+}
+
+func (g *udpGroups) Close() error { return g.c.Close() }
+
 // reopenIn returns a Reopen that finds the bridge by name in ns and opens
-// a new ARP socket on it there, whatever namespace the calling thread is in.
+// new sockets on it there, whatever namespace the calling thread is in.
 func reopenIn(ns netns.NsHandle) Reopen {
-	return func(name string) (*net.Interface, Conn, error) {
+	return func(name string) (*net.Interface, Conns, error) {
 		var (
 			ifi *net.Interface
-			c   *arp.Client
+			c   Conns
 		)
 		err := inNamespace(ns, func() error {
 			var err error
 			if ifi, err = net.InterfaceByName(name); err != nil {
 				return err
 			}
-			pc, err := listen(ifi)
-			if err != nil {
-				return fmt.Errorf("opening ARP socket on %s: %w", name, err)
-			}
-			if c, err = arp.New(ifi, pc); err != nil {
-				pc.Close()
-				return fmt.Errorf("ARP client on %s (needs an IPv4 address): %w", name, err)
-			}
-			return nil
+			c, err = open(ifi)
+			return err
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, Conns{}, err
 		}
 		return ifi, c, nil
 	}

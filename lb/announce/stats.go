@@ -9,7 +9,17 @@ type Stats struct {
 	Gratuitous uint64
 	// Replies is the number of answers to ARP requests for owned VIPs.
 	Replies uint64
-	// Probes is the number of ARP probes written by Probe.
+	// Advertisements is the number of unsolicited Neighbor Advertisements
+	// written: one per round for an IPv6 VIP.
+	Advertisements uint64
+	// NDReplies is the number of answers to Neighbor Solicitations for
+	// owned VIPs.
+	NDReplies uint64
+	// Defended is the number of other hosts' duplicate-address probes for
+	// owned VIPs that were answered in defence.
+	Defended uint64
+	// Probes is the number of ARP or duplicate-address probes written by
+	// Probe.
 	Probes uint64
 	// WriteErrors is the number of frames that could not be written.
 	WriteErrors uint64
@@ -18,15 +28,18 @@ type Stats struct {
 // counters are the Stats as they grow, bumped by whichever goroutine
 // wrote the frame.
 type counters struct {
-	gratuitous, replies, probes, writeErrors atomic.Uint64
+	gratuitous, replies, advertisements, ndReplies, defended, probes, writeErrors atomic.Uint64
 }
 
 // Stats returns the counters so far.
 func (a *Announcer) Stats() Stats {
 	return Stats{
-		Gratuitous:  a.stats.gratuitous.Load(),
-		Replies:     a.stats.replies.Load(),
-		Probes:      a.stats.probes.Load(),
-		WriteErrors: a.stats.writeErrors.Load(),
+		Gratuitous:     a.stats.gratuitous.Load(),
+		Replies:        a.stats.replies.Load(),
+		Advertisements: a.stats.advertisements.Load(),
+		NDReplies:      a.stats.ndReplies.Load(),
+		Defended:       a.stats.defended.Load(),
+		Probes:         a.stats.probes.Load(),
+		WriteErrors:    a.stats.writeErrors.Load(),
 	}
 }

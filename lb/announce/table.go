@@ -2,6 +2,7 @@ package announce
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -82,13 +83,15 @@ func (a *Announcer) SetAfter(vip netip.Addr, mac net.HardwareAddr, cause time.Ti
 	a.changeMu.Lock()
 	defer a.changeMu.Unlock()
 	old, ok := a.table()[vip]
+	var groupErr error
 	if moved := !ok || !bytes.Equal(old.mac, mac); moved {
 		a.change(func(t vipTable) { t[vip] = &choice{mac: mac, rounds: a.opts.Count, cause: cause} })
 		a.wake()
+		groupErr = a.syncGroups()
 	} else if a.neighOK[vip] {
 		return nil // a repeat
 	}
-	return a.installNeighbour(vip, mac)
+	return errors.Join(a.installNeighbour(vip, mac), groupErr)
 }
 
 // Remove stops answering for vip and deletes its host neighbour entry. Once it
@@ -97,14 +100,16 @@ func (a *Announcer) Remove(vip netip.Addr) error {
 	vip = vip.Unmap()
 	a.changeMu.Lock()
 	defer a.changeMu.Unlock()
+	var groupErr error
 	if _, ok := a.table()[vip]; ok {
 		a.change(func(t vipTable) { delete(t, vip) })
+		groupErr = a.syncGroups()
 	}
 	delete(a.neighOK, vip)
-	if !vip.Is4() {
-		return nil
+	if !vip.IsValid() {
+		return groupErr
 	}
-	return a.deleteNeighbour(vip)
+	return errors.Join(a.deleteNeighbour(vip), groupErr)
 }
 
 // Adopt makes the owned VIPs exactly want, as answers only: no gratuitous
@@ -128,12 +133,18 @@ func (a *Announcer) Adopt(want map[netip.Addr]net.HardwareAddr) {
 			}
 		}
 	})
+	// Joining again is harmless; a failure shows at the next resync.
+	_ = a.syncGroups()
 }
 
+// validVIP accepts the unicast addresses a segment can resolve: neither
+// IPv6 link-local (a VIP must be reachable from beyond the bridge) nor
+// any special-purpose form.
 func validVIP(vip netip.Addr) error {
-	if !vip.Is4() || vip.IsUnspecified() || vip.IsLoopback() || vip.IsMulticast() ||
+	if !vip.IsValid() || vip.IsUnspecified() || vip.IsLoopback() || vip.IsMulticast() ||
+		vip.Is6() && vip.IsLinkLocalUnicast() || vip.Is4In6() || vip.Zone() != "" ||
 		vip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return fmt.Errorf("announce: %s is not a unicast IPv4 address", vip)
+		return fmt.Errorf("announce: %s is not a unicast IPv4 or IPv6 address", vip)
 	}
 	return nil
 }
