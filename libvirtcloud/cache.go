@@ -104,7 +104,7 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 		}
 	}
 	if leaseErr == nil {
-		h.leases, h.leasesAt = leases, time.Now()
+		h.leases, h.netFamilies, h.leasesAt = leases.byMAC, leases.families, time.Now()
 	}
 	h.agent = map[string]agentAnswer{}
 	h.synced = true

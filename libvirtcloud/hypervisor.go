@@ -40,8 +40,8 @@ type Options struct {
 	// ResyncPeriod rebuilds the cache from scratch this often.
 	ResyncPeriod time.Duration
 	// Neighbours reads the host's neighbour table (the "arp" source) as
-	// mac → addresses. Defaults to the netlink neighbour table of the
-	// current namespace, without permanent entries.
+	// mac → addresses. Defaults to the netlink neighbour tables (ARP and
+	// IPv6) of the current namespace, without permanent entries.
 	Neighbours func() (map[string][]netip.Addr, error)
 	// Exclude names addresses that are never a domain's, whatever a source
 	// says: the load balancer's pools (a guest's kube-proxy may hold VIPs,
@@ -60,9 +60,12 @@ type Hypervisor struct {
 	domains  index
 	leases   map[string][]netip.Addr // mac → addresses from DHCP leases
 	leasesAt time.Time
-	agent    map[string]agentAnswer      // uuid → addresses from the guest agent
-	bad      map[string]UnparsableDomain // uuid → domains left out of domains
-	synced   bool                        // the cache reflects a full listing
+	// netFamilies are the families each network has addresses of, read
+	// with the leases: the families its guests may get.
+	netFamilies map[string]family
+	agent       map[string]agentAnswer      // uuid → addresses from the guest agent
+	bad         map[string]UnparsableDomain // uuid → domains left out of domains
+	synced      bool                        // the cache reflects a full listing
 
 	neighMu sync.Mutex // one read of the neighbour table at a time
 	neigh   map[string][]netip.Addr
@@ -112,17 +115,18 @@ func newHypervisor(ctx context.Context, opts Options) *Hypervisor {
 		opts.Neighbours = func() (map[string][]netip.Addr, error) { return neighbourTable(&netlink.Handle{}) }
 	}
 	return &Hypervisor{
-		opts:    opts,
-		domains: newIndex(),
-		leases:  map[string][]netip.Addr{},
-		agent:   map[string]agentAnswer{},
-		bad:     map[string]UnparsableDomain{},
-		log:     klog.FromContext(ctx),
-		after:   time.After,
-		raw:     make(chan rawEvent, 4096),
-		lost:    make(chan struct{}, 1),
-		started: make(chan struct{}),
-		stopped: make(chan struct{}),
+		opts:        opts,
+		domains:     newIndex(),
+		leases:      map[string][]netip.Addr{},
+		netFamilies: map[string]family{},
+		agent:       map[string]agentAnswer{},
+		bad:         map[string]UnparsableDomain{},
+		log:         klog.FromContext(ctx),
+		after:       time.After,
+		raw:         make(chan rawEvent, 4096),
+		lost:        make(chan struct{}, 1),
+		started:     make(chan struct{}),
+		stopped:     make(chan struct{}),
 	}
 }
 

@@ -215,3 +215,56 @@ func TestWantPathsSortsInACopyOnly(t *testing.T) {
 		t.Error("sorted gateways were copied")
 	}
 }
+
+// IPv6 VIPs are spread like IPv4 ones: the kernel keeps an IPv6 multipath
+// route as one route with several next hops, which is read back, narrowed
+// with one replace and withdrawn with one delete, as for IPv4.
+func TestPathsIPv6(t *testing.T) {
+	n, m := newLab(t, Config{Protocol: VIPProtocol})
+	const vip = "fd00:100::200/128"
+
+	if w := mustReconcilePaths(t, m, paths(vip, "fd00:100::13", "fd00:100::11", "fd00:100::12")); w != 1 {
+		t.Errorf("first install: %d writes, want 1", w)
+	}
+	if got, want := kernelHops(t, n, vip), []string{"fd00:100::11", "fd00:100::12", "fd00:100::13"}; !slices.Equal(got, want) {
+		t.Errorf("next hops = %v, want %v", got, want)
+	}
+	if w := mustReconcilePaths(t, m, paths(vip, "fd00:100::12", "fd00:100::11", "fd00:100::13")); w != 0 {
+		t.Errorf("same set in another order: %d writes, want 0 (the kernel's route read back as written)", w)
+	}
+	if got, err := m.ListPaths(); err != nil || len(got) != 1 || got[0].String() != "fd00:100::200/128 via [fd00:100::11 fd00:100::12 fd00:100::13]" {
+		t.Errorf("ListPaths = %v, %v", got, err)
+	}
+	if w := mustReconcilePaths(t, m, paths(vip, "fd00:100::11", "fd00:100::13")); w != 1 {
+		t.Errorf("narrowing: %d writes, want 1", w)
+	}
+	if got, want := kernelHops(t, n, vip), []string{"fd00:100::11", "fd00:100::13"}; !slices.Equal(got, want) {
+		t.Errorf("next hops after narrowing = %v, want %v", got, want)
+	}
+	if w := mustReconcilePaths(t, m, paths(vip, "fd00:100::12")); w != 1 {
+		t.Errorf("single next hop: %d writes, want 1", w)
+	}
+	if got, want := kernelHops(t, n, vip), []string{"fd00:100::12"}; !slices.Equal(got, want) {
+		t.Errorf("next hops = %v, want %v", got, want)
+	}
+	// Back to several, then withdrawn: a multipath IPv6 route goes in one delete.
+	if w := mustUpdatePaths(t, m, paths(vip, "fd00:100::11", "fd00:100::12")); w != 1 {
+		t.Errorf("widening with UpdatePaths: %d writes, want 1", w)
+	}
+	if got, want := kernelHops(t, n, vip), []string{"fd00:100::11", "fd00:100::12"}; !slices.Equal(got, want) {
+		t.Errorf("next hops after widening = %v, want %v", got, want)
+	}
+	if w := mustUpdatePaths(t, m); w != 1 {
+		t.Errorf("withdrawing: %d writes, want 1", w)
+	}
+	if got := kernelRoutes(t, n, vip); len(got) != 0 {
+		t.Errorf("withdrawn IPv6 route still there: %v", got)
+	}
+	// A dual-stack Service's two VIPs side by side.
+	if w := mustReconcilePaths(t, m, paths("192.168.100.200/32", "192.168.100.11", "192.168.100.12"), paths(vip, "fd00:100::11", "fd00:100::12")); w != 2 {
+		t.Errorf("both families: %d writes, want 2", w)
+	}
+	if w := mustReconcilePaths(t, m, paths("192.168.100.200/32", "192.168.100.11", "192.168.100.12"), paths(vip, "fd00:100::11", "fd00:100::12")); w != 0 {
+		t.Errorf("both families again: %d writes, want 0", w)
+	}
+}

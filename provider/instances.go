@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/libvirtcloud"
 )
@@ -85,6 +88,12 @@ func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*clou
 		return nil, fmt.Errorf("addresses of domain %s for node %s: %w", d.Name, node.Name, err)
 	}
 	addrs := nodeAddresses(node, d, ips)
+	if missing := missingNodeIPs(node, addrs); len(missing) > 0 && len(ips) > 0 {
+		// Not an error: the Node's other metadata is still right. (With no
+		// address known yet, the guest is booting: nothing to say.)
+		klog.FromContext(ctx).Info("The kubelet's --node-ip is not among the addresses the hypervisor knows for the domain; the node controller will refuse them",
+			"node", node.Name, "domain", d.Name, "nodeIP", missing, "addresses", ips)
+	}
 	labels := map[string]string{LabelHypervisor: d.Hypervisor}
 	if d.Type != "" {
 		labels[LabelDomainType] = d.Type
@@ -99,7 +108,9 @@ func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*clou
 	}, nil
 }
 
-// nodeAddresses are the Node's addresses given what the sources said (ips).
+// nodeAddresses are the Node's addresses given what the sources said (ips):
+// InternalIPs of both families, then the Hostname.
+//
 // When no source knows any address (a lease being renewed, the neighbour
 // entry aged out, the agent restarting), the Node's current addresses are
 // returned as they are: the cloud-node controller replaces a Node's
@@ -107,15 +118,110 @@ func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*clou
 // so a Hostname-only list would drop the Node's InternalIP, and its route
 // with it. (An error would also keep them, but it would also stop the
 // initialization of a Node whose guest has no address yet.)
+//
+// The same holds for one family: a family no source knows (no DHCPv6, and
+// the host has not exchanged IPv6 with the guest yet) keeps the Node's own
+// InternalIPs of it, and gets the kubelet's --node-ip of it. The node
+// controller accepts our list only if it holds every --node-ip (annotation
+// alpha.kubernetes.io/provided-node-ip, one address or a dual-stack pair),
+// else it leaves the Node tainted or its addresses as they were; where the
+// hypervisor knows nothing to contradict the kubelet with, refusing would
+// only keep a dual-stack Node from starting. A --node-ip that a source does
+// contradict (it knows other addresses of that family) is not added: that
+// refusal is the right answer.
+//
+// Order: --node-ip first, as the kubelet gave them (the node controller
+// puts them first anyway, so the list it writes is ours); then the primary
+// family (that of the first --node-ip, else of the Node's first
+// InternalIP, else IPv4), then the other. Without --node-ip Kubernetes
+// takes a Node's first InternalIP as its primary address, so the Node
+// keeps the primary family it registered with.
 func nodeAddresses(node *v1.Node, d libvirtcloud.Domain, ips []netip.Addr) []v1.NodeAddress {
 	if len(ips) == 0 && hasIP(node.Status.Addresses) {
 		return slices.Clone(node.Status.Addresses)
 	}
-	addrs := make([]v1.NodeAddress, 0, len(ips)+1)
+	current := internalIPs(node.Status.Addresses)
+	provided := providedNodeIPs(node)
+	internal := make([]netip.Addr, 0, len(ips)+len(current)+len(provided))
 	for _, ip := range ips {
+		internal = appendNew(internal, ip.Unmap())
+	}
+	if len(ips) > 0 {
+		for _, is4 := range []bool{true, false} {
+			if slices.ContainsFunc(ips, func(a netip.Addr) bool { return a.Unmap().Is4() == is4 }) {
+				continue
+			}
+			for _, a := range slices.Concat(current, provided) {
+				if a.Is4() == is4 {
+					internal = appendNew(internal, a)
+				}
+			}
+		}
+	}
+	primary4 := true
+	switch {
+	case len(provided) > 0:
+		primary4 = provided[0].Is4()
+	case len(current) > 0:
+		primary4 = current[0].Is4()
+	}
+	rank := func(a netip.Addr) int {
+		if i := slices.Index(provided, a); i >= 0 {
+			return i // 0 or 1
+		}
+		if a.Is4() == primary4 {
+			return 2
+		}
+		return 3
+	}
+	slices.SortStableFunc(internal, func(a, b netip.Addr) int { return cmp.Compare(rank(a), rank(b)) })
+
+	addrs := make([]v1.NodeAddress, 0, len(internal)+1)
+	for _, ip := range internal {
 		addrs = append(addrs, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
 	}
 	return append(addrs, v1.NodeAddress{Type: v1.NodeHostName, Address: hostname(node, d)})
+}
+
+// providedNodeIPs is the kubelet's --node-ip as the Node's annotation
+// carries it; none when it is absent or does not parse (the node
+// controller reports that itself).
+func providedNodeIPs(node *v1.Node) []netip.Addr {
+	v, ok := node.Annotations[cloudproviderapi.AnnotationAlphaProvidedIPAddr]
+	if !ok || v == "" {
+		return nil
+	}
+	var out []netip.Addr
+	for _, s := range strings.Split(v, ",") {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil
+		}
+		out = append(out, ip.Unmap())
+	}
+	return out
+}
+
+// missingNodeIPs are the --node-ip addresses that addrs lack: the node
+// controller refuses addrs while there are any.
+func missingNodeIPs(node *v1.Node, addrs []v1.NodeAddress) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range providedNodeIPs(node) {
+		if !slices.ContainsFunc(addrs, func(a v1.NodeAddress) bool {
+			b, err := netip.ParseAddr(a.Address)
+			return err == nil && b.Unmap() == ip
+		}) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func appendNew(addrs []netip.Addr, a netip.Addr) []netip.Addr {
+	if slices.Contains(addrs, a) {
+		return addrs
+	}
+	return append(addrs, a)
 }
 
 func hasIP(addrs []v1.NodeAddress) bool {
