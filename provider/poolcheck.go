@@ -90,22 +90,30 @@ func bridgeAddresses(nl *netlink.Handle, bridge string) ([]reserved, error) {
 	return out, nil
 }
 
-// subnetEdges are the network and broadcast addresses of the bridge's
-// IPv4 subnets of four addresses or more, in the namespace of nl: a pool
-// of part of a subnet must not hand them out.
+// subnetEdges are the addresses of the bridge's subnets that no host may
+// hold, in the namespace of nl: the network and broadcast addresses of
+// IPv4 subnets of four addresses or more, and the subnet-router anycast
+// address (RFC 4291 §2.6.1) of IPv6 subnets of four or more. A pool of
+// part of a subnet must not hand them out.
 func subnetEdges(nl *netlink.Handle, bridge string) ([]netip.Addr, error) {
-	addrs, err := bridgeAddrList(nl, bridge, netlink.FAMILY_V4)
+	addrs, err := bridgeAddrList(nl, bridge, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Addr
 	for _, a := range addrs {
 		pfx, ok := netipx.FromStdIPNet(a.IPNet)
-		if !ok || !pfx.Addr().Unmap().Is4() || pfx.Bits() > 30 {
+		if !ok {
 			continue
 		}
-		r := netipx.RangeOfPrefix(netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()).Masked())
-		out = append(out, r.From(), r.To())
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()).Masked()
+		switch {
+		case pfx.Addr().Is4() && pfx.Bits() <= 30:
+			r := netipx.RangeOfPrefix(pfx)
+			out = append(out, r.From(), r.To())
+		case pfx.Addr().Is6() && !pfx.Addr().IsLinkLocalUnicast() && pfx.Bits() <= 126:
+			out = append(out, pfx.Addr())
+		}
 	}
 	return out, nil
 }

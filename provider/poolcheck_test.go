@@ -166,7 +166,7 @@ func TestSubnetEdges(t *testing.T) {
 	}
 	slices.SortFunc(got, netip.Addr.Compare)
 	want := []netip.Addr{netip.MustParseAddr("10.9.0.4"), netip.MustParseAddr("10.9.0.7"),
-		netip.MustParseAddr("192.168.50.0"), netip.MustParseAddr("192.168.50.255")}
+		netip.MustParseAddr("192.168.50.0"), netip.MustParseAddr("192.168.50.255"), netip.MustParseAddr("fd00::")}
 	if !slices.Equal(got, want) {
 		t.Errorf("subnetEdges = %v, want %v", got, want)
 	}
