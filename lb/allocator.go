@@ -21,6 +21,7 @@ var (
 	ErrPortConflict    = errors.New("port conflict on shared address")
 	ErrAlreadyAssigned = errors.New("service already holds another address of this family")
 	ErrInvalidRequest  = errors.New("invalid request")
+	ErrNoPoolForFamily = errors.New("no pool has addresses of this family")
 )
 
 // PoolExhaustedError: no address of Family is free for the request.
@@ -37,6 +38,23 @@ func (e *PoolExhaustedError) Error() string {
 }
 
 func (e *PoolExhaustedError) Unwrap() error { return ErrPoolExhausted }
+
+// NoPoolForFamilyError: no pool the request may use has any address of
+// Family, free or not: only a change of the Service or of the pools helps.
+type NoPoolForFamilyError struct {
+	Pool      string // "" when any pool serving Namespace would have done
+	Namespace string
+	Family    Family
+}
+
+func (e *NoPoolForFamilyError) Error() string {
+	if e.Pool == "" {
+		return fmt.Sprintf("no pool serving namespace %s has %s addresses", e.Namespace, e.Family)
+	}
+	return fmt.Sprintf("pool %q has no %s addresses", e.Pool, e.Family)
+}
+
+func (e *NoPoolForFamilyError) Unwrap() error { return ErrNoPoolForFamily }
 
 // NotInPoolError: a requested or loaded address lies outside the requested
 // pool, or outside every pool when Pool is "".
@@ -190,37 +208,63 @@ func (a *Allocator) Assign(key string, ip netip.Addr, req Request) error {
 	return nil
 }
 
+// Allocation is what Allocate gave a Service.
+type Allocation struct {
+	IPs     []netip.Addr // in the order of the request's families
+	Skipped []Skipped    // families a PreferDualStack request went without
+}
+
+// Skipped is a family a PreferDualStack request went without, and why:
+// Err is a *PoolExhaustedError or a *NoPoolForFamilyError.
+type Skipped struct {
+	Family Family
+	Err    error
+}
+
 // Allocate returns key's VIPs, one per family of req, and records them.
 // An address key already holds is kept while it still fits req, so calling
 // Allocate again changes nothing. Otherwise the requested address, if free
 // or properly shareable; otherwise, with a sharing key, the lowest address
 // already shared under it that fits; otherwise the lowest free address of
-// the requested pool, or of the pools in configuration order. On error
-// nothing changes, so a Service keeps its old VIP when a new request
-// cannot be met.
-func (a *Allocator) Allocate(key string, req Request) ([]netip.Addr, error) {
+// the requested pool, or of the pools in configuration order. Every family
+// must get a VIP, except that PreferDualStack skips a family its pools
+// cannot give (none free, or none of that family) and that it did not ask
+// an address of, as long as one family gets a VIP. On error nothing
+// changes, so a Service keeps its old VIP when a new request cannot be
+// met.
+func (a *Allocator) Allocate(key string, req Request) (Allocation, error) {
 	fams, err := req.families()
 	if err != nil {
-		return nil, fmt.Errorf("allocate for %s: %w", key, err)
+		return Allocation{}, fmt.Errorf("allocate for %s: %w", key, err)
 	}
 	if req.Pool != "" {
 		p, ok := a.pools.Pool(req.Pool)
 		if !ok {
-			return nil, fmt.Errorf("allocate for %s: %w", key, &UnknownPoolError{Pool: req.Pool})
+			return Allocation{}, fmt.Errorf("allocate for %s: %w", key, &UnknownPoolError{Pool: req.Pool})
 		}
 		if ns, _, _ := strings.Cut(key, "/"); !p.Serves(ns, req.NamespaceLabels) {
-			return nil, fmt.Errorf("allocate for %s: %w", key, &PoolNotForNamespaceError{Pool: p.name, Namespace: ns})
+			return Allocation{}, fmt.Errorf("allocate for %s: %w", key, &PoolNotForNamespaceError{Pool: p.name, Namespace: ns})
 		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// Choose every family first and commit only if all succeed.
-	ips := make([]netip.Addr, len(fams))
-	for i, f := range fams {
-		if ips[i], err = a.choose(key, req, f); err != nil {
-			return nil, fmt.Errorf("allocate for %s: %w", key, err)
+	var res Allocation
+	for _, f := range fams {
+		ip, err := a.choose(key, req, f)
+		switch {
+		case err == nil:
+			res.IPs = append(res.IPs, ip)
+		case skippable(req, f, err):
+			res.Skipped = append(res.Skipped, Skipped{Family: f, Err: err})
+		default:
+			return Allocation{}, fmt.Errorf("allocate for %s: %w", key, err)
 		}
 	}
+	if len(res.IPs) == 0 {
+		return Allocation{}, fmt.Errorf("allocate for %s: %w", key, noneGiven(res.Skipped))
+	}
+	ips := res.IPs
 	// Drop what key holds but no longer wants: a moved address, or a
 	// family the Service gave up.
 	for _, old := range a.byKey[key] {
@@ -236,7 +280,26 @@ func (a *Allocator) Allocate(key string, req Request) ([]netip.Addr, error) {
 		}
 		a.hold(key, ip, req)
 	}
-	return ips, nil
+	return res, nil
+}
+
+// skippable reports whether a PreferDualStack request may go without
+// family f, which its pools cannot give (err): not if it asked an address
+// of f.
+func skippable(req Request, f Family, err error) bool {
+	if _, asked := req.IP(f); asked || req.Policy != PreferDualStack {
+		return false
+	}
+	return errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrNoPoolForFamily)
+}
+
+// noneGiven is the error of a request that skipped every family: it
+// unwraps to each family's.
+func noneGiven(skipped []Skipped) error {
+	if len(skipped) == 1 {
+		return skipped[0].Err
+	}
+	return fmt.Errorf("%w; %w", skipped[0].Err, skipped[1].Err)
 }
 
 // choose picks key's address of family f. It records nothing but may
@@ -263,7 +326,7 @@ func (a *Allocator) choose(key string, req Request, f Family) (netip.Addr, error
 		p, _ := a.pools.Pool(req.Pool) // checked by Allocate
 		pools = []*Pool{p}
 	}
-	if ip, ok := a.sharedFit(key, req, pools); ok {
+	if ip, ok := a.sharedFit(key, req, f, pools); ok {
 		return ip, nil
 	}
 	for _, p := range pools {
@@ -273,6 +336,10 @@ func (a *Allocator) choose(key string, req Request, f Family) (netip.Addr, error
 			a.cursor[ck] = ip // nothing below ip is free
 			return ip, nil
 		}
+	}
+	if !slices.ContainsFunc(pools, func(p *Pool) bool { return p.Has(f) }) {
+		ns, _, _ := strings.Cut(key, "/")
+		return netip.Addr{}, &NoPoolForFamilyError{Pool: req.Pool, Namespace: ns, Family: f}
 	}
 	return netip.Addr{}, &PoolExhaustedError{Pool: req.Pool, Family: f}
 }
@@ -290,16 +357,16 @@ func (a *Allocator) fits(key string, held netip.Addr, req Request) bool {
 	return a.canHold(key, held, req) == nil
 }
 
-// sharedFit finds the lowest address in pools already shared under
-// req.SharingKey that key may join, so that Services with one key gather
-// on one VIP without naming it.
-func (a *Allocator) sharedFit(key string, req Request, pools []*Pool) (netip.Addr, bool) {
+// sharedFit finds the lowest address of family f in pools already shared
+// under req.SharingKey that key may join, so that Services with one key
+// gather on one VIP (one per family) without naming it.
+func (a *Allocator) sharedFit(key string, req Request, f Family, pools []*Pool) (netip.Addr, bool) {
 	if req.SharingKey == "" {
 		return netip.Addr{}, false
 	}
 	var best netip.Addr
 	for ip := range a.byShare[scope(key, req.SharingKey)] {
-		if best.IsValid() && best.Less(ip) {
+		if FamilyOf(ip) != f || best.IsValid() && best.Less(ip) {
 			continue
 		}
 		in := slices.ContainsFunc(pools, func(p *Pool) bool { return p.Contains(ip) })

@@ -149,7 +149,7 @@ func TestAllocator(t *testing.T) {
 				{op: "alloc", key: "ns/f", req: req4("", "", ""), want: []string{"10.0.0.2"}},
 				{op: "alloc", key: "ns/a", req: Request{Families: []Family{IPv4}}, want: []string{"10.0.0.0"}, lookup: []string{"10.0.0.0"}},
 				{op: "alloc", key: "ns/g", req: Request{Families: []Family{IPv6}}, want: []string{"fd00::"}},
-				{op: "alloc", key: "ns/h", req: Request{Families: []Family{IPv6}, Pool: "lan"}, wantErr: ErrPoolExhausted},
+				{op: "alloc", key: "ns/h", req: Request{Families: []Family{IPv6}, Pool: "lan"}, wantErr: ErrNoPoolForFamily},
 			},
 		},
 		{
@@ -194,7 +194,7 @@ func TestAllocator(t *testing.T) {
 				var err error
 				switch s.op {
 				case "alloc":
-					got, err = a.Allocate(s.key, s.req)
+					got, err = ipsOf(a.Allocate(s.key, s.req))
 				case "assign":
 					err = a.Assign(s.key, netip.MustParseAddr(s.ip), s.req)
 				case "release":
@@ -257,6 +257,8 @@ func TestAllocatorErrorDetails(t *testing.T) {
 		{&PortConflictError{IP: netip.MustParseAddr("10.0.0.1"), Holder: "ns/a", Port: http}, "TCP/80 on shared 10.0.0.1 is already used by ns/a"},
 		{&PoolExhaustedError{Pool: "tiny", Family: IPv4}, `pool "tiny" has no free IPv4 address`},
 		{&PoolExhaustedError{Family: IPv6}, "no free IPv6 address in any pool"},
+		{&NoPoolForFamilyError{Pool: "lan", Namespace: "ns", Family: IPv6}, `pool "lan" has no IPv6 addresses`},
+		{&NoPoolForFamilyError{Namespace: "ns", Family: IPv6}, "no pool serving namespace ns has IPv6 addresses"},
 		{&UnknownPoolError{Pool: "gone"}, `unknown pool "gone"`},
 		{&NotInPoolError{IP: netip.MustParseAddr("10.0.0.1"), Pool: "big"}, `10.0.0.1 is not in pool "big"`},
 	} {
@@ -391,7 +393,7 @@ func TestAllocatorMatchesModel(t *testing.T) {
 				}
 			}
 		}
-		got, err := a.Allocate(key, Request{})
+		got, err := ipsOf(a.Allocate(key, Request{}))
 		if !want.IsValid() {
 			if !errors.Is(err, ErrPoolExhausted) {
 				t.Fatalf("op %d: got %v, %v; want exhausted", i, got, err)
@@ -413,7 +415,7 @@ func TestAllocatorConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				key := fmt.Sprintf("ns/w%d-%d", w, i)
-				ips, err := a.Allocate(key, Request{})
+				ips, err := ipsOf(a.Allocate(key, Request{}))
 				if err != nil {
 					t.Error(err)
 					return
@@ -443,9 +445,12 @@ func TestAllocatorConcurrent(t *testing.T) {
 	}
 }
 
+// ipsOf is the addresses of an Allocation, for tests that need no more.
+func ipsOf(res Allocation, err error) ([]netip.Addr, error) { return res.IPs, err }
+
 func mustAlloc(t testing.TB, a *Allocator, key string, req Request) []netip.Addr {
 	t.Helper()
-	ips, err := a.Allocate(key, req)
+	ips, err := ipsOf(a.Allocate(key, req))
 	if err != nil {
 		t.Fatal(err)
 	}

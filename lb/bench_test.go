@@ -58,7 +58,7 @@ func BenchmarkAssign1000ThenAllocate(b *testing.B) {
 			}
 		}
 		for i, k := range old {
-			if got, err := a.Allocate(k, req); err != nil || got[0] != ips[i] {
+			if got, err := ipsOf(a.Allocate(k, req)); err != nil || got[0] != ips[i] {
 				b.Fatalf("%s moved to %v: %v", k, got, err)
 			}
 		}

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 )
@@ -53,13 +54,96 @@ func Ranked(vip netip.Addr, eligible []string, k int) []string {
 // that answers it. VIPs with no eligible node are left
 // out.
 func Place(eligible map[netip.Addr][]string, k int) map[netip.Addr][]string {
+	return PlaceTogether(eligible, nil, k)
+}
+
+// PlaceTogether is Place where some VIPs must be answered by one node:
+// each VIP ranks as keys[vip] does (itself when absent, see RankKeys), and
+// the VIPs of one key rank only the nodes all of them may use, so they
+// share their first node and move together. VIPs of one key with no node
+// in common each rank their own.
+func PlaceTogether(eligible map[netip.Addr][]string, keys map[netip.Addr]netip.Addr, k int) map[netip.Addr][]string {
+	groups := make(map[netip.Addr][]netip.Addr, len(keys)) // a key → the other VIPs ranked as it
+	for vip, key := range keys {
+		if _, ok := eligible[vip]; ok && vip != key {
+			groups[key] = append(groups[key], vip)
+		}
+	}
+	common := make(map[netip.Addr][]string, len(groups))
+	for key, others := range groups {
+		common[key] = inCommon(eligible, key, others)
+	}
 	out := make(map[netip.Addr][]string, len(eligible))
 	for vip, nodes := range eligible {
-		if r := Ranked(vip, nodes, k); len(r) > 0 {
+		key, ok := keys[vip]
+		if !ok {
+			key = vip
+		}
+		if c := common[key]; len(c) > 0 {
+			nodes = c
+		}
+		if r := Ranked(key, nodes, k); len(r) > 0 {
 			out[vip] = r
 		}
 	}
 	return out
+}
+
+// inCommon are the nodes eligible for every VIP of others, and for key
+// when key itself is placed; in no particular order (Ranked needs none).
+func inCommon(eligible map[netip.Addr][]string, key netip.Addr, others []netip.Addr) []string {
+	members := others
+	if _, ok := eligible[key]; ok {
+		members = append([]netip.Addr{key}, others...)
+	}
+	in := map[string]bool{}
+	for _, n := range eligible[members[0]] {
+		in[n] = true
+	}
+	for _, vip := range members[1:] {
+		both := make(map[string]bool, len(in))
+		for _, n := range eligible[vip] {
+			if in[n] {
+				both[n] = true
+			}
+		}
+		in = both
+	}
+	return slices.Collect(maps.Keys(in))
+}
+
+// RankKeys says which VIPs must rank as another so that one node answers
+// both: an IPv6 VIP held by a Service that also holds an IPv4 VIP (dual
+// stack) ranks as the lowest such IPv4 VIP of its holders. VIPs not in the
+// result rank as themselves. It depends only on which Services hold which
+// VIPs, as recorded in their statuses, so every replica and every restart
+// agrees.
+func RankKeys(vips []VIP) map[netip.Addr]netip.Addr {
+	v4 := map[string]netip.Addr{} // Service → its IPv4 VIP (at most one)
+	for _, v := range vips {
+		if FamilyOf(v.IP) == IPv4 {
+			for _, h := range v.Holders {
+				v4[h] = v.IP
+			}
+		}
+	}
+	keys := map[netip.Addr]netip.Addr{}
+	for _, v := range vips {
+		if FamilyOf(v.IP) != IPv6 {
+			continue
+		}
+		key := v.IP
+		for _, h := range v.Holders {
+			// IPv4 sorts before IPv6: the first found replaces v.IP.
+			if ip, ok := v4[h]; ok && ip.Less(key) {
+				key = ip
+			}
+		}
+		if key != v.IP {
+			keys[v.IP] = key
+		}
+	}
+	return keys
 }
 
 // FNV-1a, 64 bit, then a final mix: stable across processes, releases and

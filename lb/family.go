@@ -33,15 +33,69 @@ func (f Family) index() int {
 	return 0
 }
 
-// defaultFamilies follows the requested addresses; IPv4 when there are
-// none.
-func defaultFamilies(ips []netip.Addr) []Family {
-	if len(ips) == 0 {
-		return []Family{IPv4}
+// other is the family that is not f.
+func (f Family) other() Family {
+	if f == IPv6 {
+		return IPv4
 	}
-	fams := make([]Family, len(ips))
-	for i, ip := range ips {
-		fams[i] = FamilyOf(ip)
+	return IPv6
+}
+
+// FamilyPolicy is spec.ipFamilyPolicy; the values match Kubernetes'. The
+// zero value, as for a Service that sets none, is SingleStack.
+type FamilyPolicy string
+
+// The three policies.
+const (
+	// SingleStack gets a VIP for each family listed, all or none.
+	SingleStack FamilyPolicy = "SingleStack"
+	// PreferDualStack gets what the pools can give: a family none of
+	// whose pools has a free address is skipped if another gets one.
+	PreferDualStack FamilyPolicy = "PreferDualStack"
+	// RequireDualStack gets a VIP of both families, or none.
+	RequireDualStack FamilyPolicy = "RequireDualStack"
+)
+
+// parsePolicy reads spec.ipFamilyPolicy; nil is the zero policy.
+func parsePolicy(p *v1.IPFamilyPolicy) (FamilyPolicy, error) {
+	if p == nil {
+		return "", nil
+	}
+	if pol := FamilyPolicy(*p); pol.valid() {
+		return pol, nil
+	}
+	return "", fmt.Errorf("unknown policy; want %s, %s or %s", SingleStack, PreferDualStack, RequireDualStack)
+}
+
+func (p FamilyPolicy) valid() bool {
+	return p == "" || p == SingleStack || p == PreferDualStack || p == RequireDualStack
+}
+
+// dual reports whether p asks for both families.
+func (p FamilyPolicy) dual() bool { return p == PreferDualStack || p == RequireDualStack }
+
+// missingFamily is the error of a RequireDualStack request that lists one
+// family only.
+func missingFamily(p FamilyPolicy, fams []Family) error {
+	if p != RequireDualStack || len(fams) != 1 {
+		return nil
+	}
+	return fmt.Errorf("%s needs both families; %s is missing", p, fams[0].other())
+}
+
+// defaultFamilies follows the requested addresses, IPv4 first when there
+// are none; a dual-stack policy adds the other family, as the API server
+// defaults spec.ipFamilies.
+func defaultFamilies(ips []netip.Addr, p FamilyPolicy) []Family {
+	fams := []Family{IPv4}
+	if len(ips) > 0 {
+		fams = make([]Family, len(ips))
+		for i, ip := range ips {
+			fams[i] = FamilyOf(ip)
+		}
+	}
+	if p.dual() && len(fams) == 1 {
+		fams = append(fams, fams[0].other())
 	}
 	return fams
 }

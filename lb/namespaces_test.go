@@ -34,7 +34,7 @@ func TestPoolsPerNamespace(t *testing.T) {
 		{"gold/gold", Request{Pool: "gold", NamespaceLabels: gold}, "10.0.2.0", ""},
 		{"gold/any", Request{NamespaceLabels: gold}, "10.0.2.1", ""},
 	} {
-		ips, err := a.Allocate(tc.key, tc.req)
+		ips, err := ipsOf(a.Allocate(tc.key, tc.req))
 		var nf *PoolNotForNamespaceError
 		switch {
 		case tc.want != "" && (err != nil || len(ips) != 1 || ips[0] != netip.MustParseAddr(tc.want)):

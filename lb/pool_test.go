@@ -316,7 +316,7 @@ func TestExcludedAddressesAreNeverHandedOut(t *testing.T) {
 	}
 	var got []netip.Addr
 	for i := range 4 {
-		ips, err := a.Allocate(fmt.Sprintf("ns/s%d", i), Request{})
+		ips, err := ipsOf(a.Allocate(fmt.Sprintf("ns/s%d", i), Request{}))
 		if err != nil {
 			break
 		}

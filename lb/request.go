@@ -28,6 +28,9 @@ const (
 	FieldLoadBalancerIP = "spec.loadBalancerIP"
 	// FieldIPFamilies is the spec field that says which families get a VIP.
 	FieldIPFamilies = "spec.ipFamilies"
+	// FieldIPFamilyPolicy is the spec field that says whether every family
+	// listed must get a VIP.
+	FieldIPFamilyPolicy = "spec.ipFamilyPolicy"
 )
 
 // maxSharingKey bounds the sharing key; it appears in events and logs.
@@ -47,6 +50,8 @@ type Request struct {
 	// Families get one VIP each, in the Service's order. Never empty in a
 	// parsed Request.
 	Families []Family
+	// Policy says which Families may go without a VIP; "" is SingleStack.
+	Policy FamilyPolicy
 	// IPs are the requested VIPs, at most one per family, in the order of
 	// Families.
 	IPs []netip.Addr
@@ -113,7 +118,8 @@ func clip(s string, n int) string {
 func (e *RequestError) Unwrap() error { return e.Err }
 
 // ParseRequest reads a Service's annotations, spec.loadBalancerIP,
-// spec.ipFamilies and ports into a Request. Errors are *RequestError.
+// spec.ipFamilies, spec.ipFamilyPolicy and ports into a Request. Errors are
+// *RequestError.
 func ParseRequest(svc *v1.Service) (Request, error) {
 	if svc == nil {
 		return Request{}, errors.New("nil Service")
@@ -122,15 +128,22 @@ func ParseRequest(svc *v1.Service) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
+	policy, err := parsePolicy(svc.Spec.IPFamilyPolicy)
+	if err != nil {
+		return Request{}, &RequestError{Field: FieldIPFamilyPolicy, Value: string(*svc.Spec.IPFamilyPolicy), Err: err}
+	}
 	fams, err := parseFamilies(svc.Spec.IPFamilies)
 	if err != nil {
 		return Request{}, &RequestError{Field: FieldIPFamilies, Value: fmt.Sprint(svc.Spec.IPFamilies), Err: err}
 	}
 	if len(fams) == 0 {
 		// Before the API server defaults ipFamilies.
-		fams = defaultFamilies(ips)
+		fams = defaultFamilies(ips, policy)
 	}
-	req := Request{Families: fams}
+	if err := missingFamily(policy, fams); err != nil {
+		return Request{}, &RequestError{Field: FieldIPFamilies, Value: fmt.Sprint(svc.Spec.IPFamilies), Err: err}
+	}
+	req := Request{Families: fams, Policy: policy}
 	for _, ip := range ips {
 		if !slices.Contains(fams, FamilyOf(ip)) {
 			return Request{}, &RequestError{Field: field, Value: fieldValue(svc, field),
@@ -261,7 +274,8 @@ func PortsOf(ports []v1.ServicePort) []Port {
 }
 
 // Annotations returns the annotations that make ParseRequest give back r's
-// IPs, pool and sharing key; families and ports live in the Service spec.
+// IPs, pool and sharing key; families, policy and ports live in the
+// Service spec.
 func (r Request) Annotations() map[string]string {
 	ann := map[string]string{}
 	if len(r.IPs) > 0 {
@@ -283,14 +297,20 @@ func (r Request) Annotations() map[string]string {
 // families checks a Request built by hand as ParseRequest would and
 // returns the families to allocate.
 func (r Request) families() ([]Family, error) {
+	if !r.Policy.valid() {
+		return nil, fmt.Errorf("policy %q: %w", r.Policy, ErrInvalidRequest)
+	}
 	fams := r.Families
 	if len(fams) == 0 {
-		fams = defaultFamilies(r.IPs)
+		fams = defaultFamilies(r.IPs, r.Policy)
 	}
 	for i, f := range fams {
 		if f != IPv4 && f != IPv6 || slices.Contains(fams[:i], f) {
 			return nil, fmt.Errorf("families %v: %w", fams, ErrInvalidRequest)
 		}
+	}
+	if err := missingFamily(r.Policy, fams); err != nil {
+		return nil, fmt.Errorf("families %v: %w: %w", fams, err, ErrInvalidRequest)
 	}
 	var seen [2]bool
 	for _, ip := range r.IPs {

@@ -28,6 +28,11 @@ func service(ann map[string]string, lbIP string, fams ...v1.IPFamily) *v1.Servic
 	}
 }
 
+func withPolicy(svc *v1.Service, p v1.IPFamilyPolicy) *v1.Service {
+	svc.Spec.IPFamilyPolicy = &p
+	return svc
+}
+
 func addrs(s ...string) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range s {
@@ -44,6 +49,7 @@ func TestParseRequest(t *testing.T) {
 		want      Request
 		wantField string // the field a *RequestError must name; "" for success
 		wantValue string
+		wantSays  string // what else the error must say
 	}{
 		{
 			name: "nothing asked",
@@ -112,6 +118,36 @@ func TestParseRequest(t *testing.T) {
 		{name: "bad pool name", svc: service(map[string]string{AnnotationPool: "a/b"}, ""), wantField: AnnotationPool, wantValue: "a/b"},
 		{name: "bad sharing key", svc: service(map[string]string{AnnotationSharingKey: "a b"}, ""), wantField: AnnotationSharingKey, wantValue: "a b"},
 		{name: "long sharing key", svc: service(map[string]string{AnnotationSharingKey: strings.Repeat("k", 254)}, ""), wantField: AnnotationSharingKey, wantValue: strings.Repeat("k", 254)},
+		{
+			name: "SingleStack",
+			svc:  withPolicy(service(nil, "", v1.IPv4Protocol), v1.IPFamilyPolicySingleStack),
+			want: Request{Families: []Family{IPv4}, Policy: SingleStack, Ports: ports},
+		},
+		{
+			name: "PreferDualStack with one family listed",
+			svc:  withPolicy(service(nil, "", v1.IPv6Protocol), v1.IPFamilyPolicyPreferDualStack),
+			want: Request{Families: []Family{IPv6}, Policy: PreferDualStack, Ports: ports},
+		},
+		{
+			name: "PreferDualStack before ipFamilies is defaulted",
+			svc:  withPolicy(service(map[string]string{AnnotationIP: "fd00::10"}, ""), v1.IPFamilyPolicyPreferDualStack),
+			want: Request{Families: []Family{IPv6, IPv4}, Policy: PreferDualStack, IPs: addrs("fd00::10"), Ports: ports},
+		},
+		{
+			name: "RequireDualStack",
+			svc:  withPolicy(service(nil, "", v1.IPv6Protocol, v1.IPv4Protocol), v1.IPFamilyPolicyRequireDualStack),
+			want: Request{Families: []Family{IPv6, IPv4}, Policy: RequireDualStack, Ports: ports},
+		},
+		{
+			name:      "RequireDualStack with one family listed",
+			svc:       withPolicy(service(nil, "", v1.IPv4Protocol), v1.IPFamilyPolicyRequireDualStack),
+			wantField: FieldIPFamilies, wantValue: "[IPv4]", wantSays: "IPv6 is missing",
+		},
+		{
+			name:      "unknown policy",
+			svc:       withPolicy(service(nil, ""), "DualStackPlease"),
+			wantField: FieldIPFamilyPolicy, wantValue: "DualStackPlease",
+		},
 		{name: "bad family", svc: service(nil, "", "IPv5"), wantField: FieldIPFamilies, wantValue: "[IPv5]"},
 		{name: "family twice", svc: service(nil, "", v1.IPv4Protocol, v1.IPv4Protocol), wantField: FieldIPFamilies, wantValue: "[IPv4 IPv4]"},
 	}
@@ -134,8 +170,8 @@ func TestParseRequest(t *testing.T) {
 			if re.Field != tt.wantField || re.Value != tt.wantValue {
 				t.Errorf("error names %s=%q, want %s=%q", re.Field, re.Value, tt.wantField, tt.wantValue)
 			}
-			if !strings.Contains(err.Error(), tt.wantField) {
-				t.Errorf("message %q does not name %s", err, tt.wantField)
+			if !strings.Contains(err.Error(), tt.wantField) || !strings.Contains(err.Error(), tt.wantSays) {
+				t.Errorf("message %q does not name %s or say %q", err, tt.wantField, tt.wantSays)
 			}
 		})
 	}
@@ -151,12 +187,13 @@ func TestParseRequestNil(t *testing.T) {
 // holds only usable addresses, and that writing it back as annotations
 // parses to the same request.
 func FuzzParseRequest(f *testing.F) {
-	f.Add("192.168.50.10", "lan", "web", "", "IPv4")
-	f.Add("fd00::1, 10.0.0.1", "", "", "", "IPv6,IPv4")
-	f.Add("", "", "", "10.0.0.3", "")
-	f.Add("10.0.0.1,", "a b", "k\x00", "x", "IPv5")
-	f.Add("::ffff:1.2.3.4", "", "", "fe80::1%eth0", "IPv4,IPv4")
-	f.Fuzz(func(t *testing.T, ip, pool, key, lbIP, fams string) {
+	f.Add("192.168.50.10", "lan", "web", "", "IPv4", "")
+	f.Add("fd00::1, 10.0.0.1", "", "", "", "IPv6,IPv4", "RequireDualStack")
+	f.Add("", "", "", "10.0.0.3", "", "PreferDualStack")
+	f.Add("fd00::1", "", "", "", "IPv4", "RequireDualStack")
+	f.Add("10.0.0.1,", "a b", "k\x00", "x", "IPv5", "SingleStack")
+	f.Add("::ffff:1.2.3.4", "", "", "fe80::1%eth0", "IPv4,IPv4", "Maybe")
+	f.Fuzz(func(t *testing.T, ip, pool, key, lbIP, fams, policy string) {
 		var families []v1.IPFamily
 		if fams != "" {
 			for f := range strings.SplitSeq(fams, ",") {
@@ -164,7 +201,11 @@ func FuzzParseRequest(f *testing.F) {
 			}
 		}
 		ann := map[string]string{AnnotationIP: ip, AnnotationPool: pool, AnnotationSharingKey: key}
-		req, err := ParseRequest(service(ann, lbIP, families...))
+		svc := service(ann, lbIP, families...)
+		if policy != "" {
+			withPolicy(svc, v1.IPFamilyPolicy(policy))
+		}
+		req, err := ParseRequest(svc)
 		if err != nil {
 			var re *RequestError
 			if !errors.As(err, &re) {
@@ -190,7 +231,14 @@ func FuzzParseRequest(f *testing.F) {
 		for _, f := range req.Families {
 			fs = append(fs, v1.IPFamily(f))
 		}
-		again, err := ParseRequest(service(req.Annotations(), "", fs...))
+		if req.Policy == RequireDualStack && len(req.Families) != 2 {
+			t.Fatalf("RequireDualStack with families %v", req.Families)
+		}
+		back := service(req.Annotations(), "", fs...)
+		if req.Policy != "" {
+			withPolicy(back, v1.IPFamilyPolicy(req.Policy))
+		}
+		again, err := ParseRequest(back)
 		if err != nil {
 			t.Fatalf("round trip of %+v: %v", req, err)
 		}

@@ -57,18 +57,19 @@ var _ Announcer = (*announce.Announcer)(nil)
 // the same values, are the Announced condition's reasons, about all of a
 // Service's VIPs.
 const (
-	ReasonAllocated       = "IPAllocated"
-	ReasonVIPAnnounced    = "Announced"      // a VIP no node answered is answered now
-	ReasonVIPMoved        = "AnnouncerMoved" // another node answers a VIP now
-	ReasonNoNodeForVIP    = "NoEligibleNode" // no node may answer a VIP
-	ReasonConflict        = "IPConflict"
-	ReasonExhausted       = "PoolExhausted"
-	ReasonInvalidRequest  = "InvalidRequest"
-	ReasonNotInPool       = "IPNotInPool"
-	ReasonTaken           = "IPTaken"
-	ReasonReleased        = "IPReleased"
-	ReasonNotForNS        = "PoolNotForNamespace"
-	ReasonFamilyNotServed = "IPFamilyNotServed"
+	ReasonAllocated        = "IPAllocated"
+	ReasonVIPAnnounced     = "Announced"      // a VIP no node answered is answered now
+	ReasonVIPMoved         = "AnnouncerMoved" // another node answers a VIP now
+	ReasonNoNodeForVIP     = "NoEligibleNode" // no node may answer a VIP
+	ReasonConflict         = "IPConflict"
+	ReasonExhausted        = "PoolExhausted"
+	ReasonInvalidRequest   = "InvalidRequest"
+	ReasonNotInPool        = "IPNotInPool"
+	ReasonTaken            = "IPTaken"
+	ReasonReleased         = "IPReleased"
+	ReasonNotForNS         = "PoolNotForNamespace"
+	ReasonNoPoolForFamily  = "NoPoolForFamily"
+	ReasonDualStackPartial = "DualStackPartial" // Normal: a PreferDualStack Service goes without a family
 )
 
 // A Service waiting for an address (pool exhausted, requested address
@@ -327,16 +328,13 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		l.warnOnce(svc, ReasonInvalidRequest, err)
 		return nil, untilChanged(err)
 	}
-	if err := familiesServed(req.Families); err != nil {
-		l.warnOnce(svc, ReasonFamilyNotServed, err)
-		return nil, untilChanged(err)
-	}
 	req.NamespaceLabels = l.namespaceLabels(ctx, svc.Namespace)
 	had := l.alloc.Lookup(k)
-	ips, err := l.alloc.Allocate(k, req)
+	res, err := l.alloc.Allocate(k, req)
 	if err != nil {
 		return nil, l.allocationFailed(svc, err)
 	}
+	ips := res.IPs
 	if !slices.Equal(had, ips) {
 		l.recorder.Eventf(svc, v1.EventTypeNormal, ReasonAllocated, "Allocated %s", joinAddrs(ips))
 	}
@@ -346,10 +344,34 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		}
 	}
 	l.place.sync(ctx, svc)
-	// Only success forgets the last warning: a retry that fails the same
-	// way (taken, exhausted, conflict) must not repeat the event.
-	l.clearWarning(k)
+	l.succeeded(svc, res)
 	return status(ips), nil
+}
+
+// succeeded forgets what was reported of svc, served now, and how long it
+// waited: only success does, so a retry that fails the same way (taken,
+// exhausted, conflict) does not repeat the event. A Service served without
+// a family it preferred is told so once, until that changes.
+func (l *loadBalancer) succeeded(svc *v1.Service, res lb.Allocation) {
+	k := key(svc)
+	if len(res.Skipped) == 0 {
+		l.clearWarning(k)
+		return
+	}
+	l.mu.Lock()
+	delete(l.waits, k)
+	l.mu.Unlock()
+	l.reportOnce(svc, v1.EventTypeNormal, ReasonDualStackPartial, skippedMessage(res))
+}
+
+// skippedMessage says which families a PreferDualStack Service went
+// without, and why.
+func skippedMessage(res lb.Allocation) string {
+	why := make([]string, len(res.Skipped))
+	for i, s := range res.Skipped {
+		why[i] = fmt.Sprintf("no %s address: %v", s.Family, s.Err)
+	}
+	return fmt.Sprintf("%s: served on %s only; %s", lb.PreferDualStack, joinAddrs(res.IPs), strings.Join(why, "; "))
 }
 
 // claim probes the bridge once for another owner of a newly allocated ip.
@@ -403,21 +425,6 @@ func (l *loadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, _ string, 
 	return nil
 }
 
-// servedFamilies are the families the announcer answers for.
-var servedFamilies = []lb.Family{lb.IPv4}
-
-// familiesServed refuses a Service with a family the announcer cannot
-// answer for, before anything is allocated: a dual-stack Service is served
-// whole or not at all, never with one family announced.
-func familiesServed(fams []lb.Family) error {
-	for _, f := range fams {
-		if !slices.Contains(servedFamilies, f) {
-			return fmt.Errorf("spec.ipFamilies %v: %s load balancers are not served (the announcer answers ARP only); no address is allocated for any family", fams, f)
-		}
-	}
-	return nil
-}
-
 // waitError is an allocation that may succeed once an address is freed: it
 // is an *api.RetryError, which the service controller requeues after a
 // short delay, and it still unwraps to the allocator's error.
@@ -429,7 +436,7 @@ type waitError struct {
 func (e *waitError) Unwrap() []error { return []error{e.RetryError, e.err} }
 
 // untilChanged is a Service's error that only a change of the Service can
-// mend (a malformed annotation, a family not served): the service
+// mend (a malformed annotation, a family no pool has): the service
 // controller syncs a changed Service at once, so it retries the unchanged
 // one only after maxWaitRetry rather than on its own shorter backoff.
 func untilChanged(err error) error {
@@ -441,13 +448,15 @@ func untilChanged(err error) error {
 func (l *loadBalancer) allocationFailed(svc *v1.Service, err error) error {
 	k := key(svc)
 	reason := ReasonInvalidRequest
-	waits := false
+	waits, mendedByChange := false, false
 	var (
 		taken   *lb.IPTakenError
 		notIn   *lb.NotInPoolError
 		exhaust *lb.PoolExhaustedError
 		ports   *lb.PortConflictError
 	)
+	// An exhausted family is checked first: a PreferDualStack Service that
+	// got no family at all may wait for it even if the other has no pool.
 	switch {
 	case errors.As(err, &exhaust):
 		reason, waits = ReasonExhausted, true
@@ -457,11 +466,16 @@ func (l *loadBalancer) allocationFailed(svc *v1.Service, err error) error {
 		reason = ReasonNotInPool
 	case errors.Is(err, lb.ErrPoolNotForNamespace):
 		reason = ReasonNotForNS
+	case errors.Is(err, lb.ErrNoPoolForFamily):
+		reason, mendedByChange = ReasonNoPoolForFamily, true
 	}
 	l.warnOnce(svc, reason, err)
 	err = fmt.Errorf("service %s: %w", k, err)
-	if waits {
+	switch {
+	case waits:
 		return &waitError{RetryError: api.NewRetryError(err.Error(), l.nextWait(svc)), err: err}
+	case mendedByChange:
+		return untilChanged(err)
 	}
 	return err
 }
@@ -510,13 +524,19 @@ func (l *loadBalancer) namespaceLabels(ctx context.Context, ns string) map[strin
 // warnOnce emits a Warning event unless the same problem was reported for
 // this Service already: retries must not flood the event stream.
 func (l *loadBalancer) warnOnce(svc *v1.Service, reason string, err error) {
-	k, msg := key(svc), err.Error()
+	l.reportOnce(svc, v1.EventTypeWarning, reason, err.Error())
+}
+
+// reportOnce emits an event unless it is what was last reported for this
+// Service.
+func (l *loadBalancer) reportOnce(svc *v1.Service, eventType, reason, msg string) {
+	k := key(svc)
 	l.mu.Lock()
 	seen := l.warned[k] == reason+msg
 	l.warned[k] = reason + msg
 	l.mu.Unlock()
 	if !seen {
-		l.recorder.Event(svc, v1.EventTypeWarning, reason, msg)
+		l.recorder.Event(svc, eventType, reason, msg)
 	}
 }
 

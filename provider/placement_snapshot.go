@@ -100,6 +100,9 @@ type vipClaim struct {
 	// answer it.
 	onlyOn   map[string]bool
 	affinity bool // a Service on it wants ClientIP session affinity
+	// rankAs is the VIP it ranks as, to be answered by the same node (a
+	// dual-stack Service's IPv4 VIP, lb.RankKeys); zero: itself.
+	rankAs netip.Addr
 }
 
 // allows says whether the VIP's Services let node answer it.
@@ -188,10 +191,18 @@ func (s *snapshot) judge(reportAt map[string]time.Time, awaiting map[string]bool
 	}
 }
 
-// rank ranks every claimed VIP's eligible nodes that its Services allow.
+// rank ranks every claimed VIP's eligible nodes that its Services allow; a
+// dual-stack Service's VIPs rank together.
 func (s *snapshot) rank() {
 	allowed := make(map[netip.Addr][]string, len(s.vips))
+	var together map[netip.Addr]netip.Addr
 	for ip, c := range s.vips {
+		if c.rankAs.IsValid() {
+			if together == nil {
+				together = map[netip.Addr]netip.Addr{}
+			}
+			together[ip] = c.rankAs
+		}
 		allowed[ip] = s.eligible
 		if c.onlyOn != nil {
 			allowed[ip] = nil
@@ -202,7 +213,7 @@ func (s *snapshot) rank() {
 			}
 		}
 	}
-	s.ranked = lb.Place(allowed, maxSpreadPaths)
+	s.ranked = lb.PlaceTogether(allowed, together, maxSpreadPaths)
 }
 
 // snapshot reads every Node, its domain's facts and the claimed VIPs, and
@@ -287,12 +298,13 @@ func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
 // claims reads the claimed VIPs and their Services' policies.
 func (p *placement) claims(given givenServices) map[netip.Addr]vipClaim {
 	vips := p.alloc.VIPs()
+	rankAs := lb.RankKeys(vips)
 	out := make(map[netip.Addr]vipClaim, len(vips))
 	for _, v := range vips {
 		if !v.Claimed {
 			continue
 		}
-		c := vipClaim{services: v.Holders}
+		c := vipClaim{services: v.Holders, rankAs: rankAs[v.IP]}
 		for _, k := range v.Holders {
 			s := p.lookupService(k, given)
 			if s == nil {

@@ -64,30 +64,43 @@ func TestPoolsKeptForNamespaces(t *testing.T) {
 	}
 }
 
-// TestDualStackServedWholeOrNotAtAll: a Service with an IPv6 family gets
-// one Warning and no address of any family (the IPv4 VIP is not announced
-// alone); an IPv4-only Service beside it is served.
-func TestDualStackServedWholeOrNotAtAll(t *testing.T) {
-	f := newLBFixtureOf(t, []lb.PoolConfig{{Name: "both", Addresses: []string{"10.0.0.10-10.0.0.19", "fd00::10-fd00::19"}}}).start()
+// TestRequireDualStackWholeOrNotAtAll: a RequireDualStack Service gets a
+// VIP of each family, both answered by one node; where no pool has IPv6 it
+// gets one Warning naming the family and no address of any family (the
+// IPv4 VIP is never announced alone), while an IPv4 Service beside it is
+// served.
+func TestRequireDualStackWholeOrNotAtAll(t *testing.T) {
 	dual := lbService("dual", func(s *v1.Service) {
 		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 		s.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyRequireDualStack)
 	})
+
+	f := newLBFixtureOf(t, []lb.PoolConfig{{Name: "both", Addresses: []string{"10.0.0.10-10.0.0.19", "fd00::10-fd00::19"}}}).start()
+	st, err := f.ensure(dual)
+	if err != nil || len(st.Ingress) != 2 || st.Ingress[0].IP != "10.0.0.10" || st.Ingress[1].IP != "fd00::10" {
+		t.Fatalf("dual-stack Service: %+v, %v; want 10.0.0.10 and fd00::10", st, err)
+	}
+	v4, v6 := f.ann.answering(netip.MustParseAddr("10.0.0.10")), f.ann.answering(netip.MustParseAddr("fd00::10"))
+	if v4 == nil || v4.String() != v6.String() {
+		t.Errorf("IPv4 VIP answered by %v, IPv6 VIP by %v; want one node", v4, v6)
+	}
+
+	g := newLBFixtureOf(t, []lb.PoolConfig{{Name: "v4", Addresses: []string{"10.0.0.10-10.0.0.19"}}}).start()
 	for range 3 {
-		if st, err := f.ensure(dual); err == nil || st != nil {
-			t.Fatalf("dual-stack Service: %v, %v; want refused", st, err)
+		if st, err := g.ensure(dual); !errors.Is(err, lb.ErrNoPoolForFamily) || st != nil {
+			t.Fatalf("dual-stack Service without an IPv6 pool: %v, %v; want refused", st, err)
 		}
 	}
-	if ips := f.lb.alloc.Lookup("default/dual"); len(ips) > 0 {
+	if ips := g.lb.alloc.Lookup("default/dual"); len(ips) > 0 {
 		t.Errorf("the refused dual-stack Service holds %v", ips)
 	}
-	if n := f.count(v1.EventTypeWarning, ReasonFamilyNotServed); n != 1 {
-		t.Errorf("%d %s Warnings over 3 tries, want 1", n, ReasonFamilyNotServed)
+	if n := g.count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 {
+		t.Errorf("%d %s Warnings over 3 tries, want 1", n, ReasonNoPoolForFamily)
 	}
-	if got := f.mustEnsure(lbService("v4")); got != netip.MustParseAddr("10.0.0.10") {
+	if got := g.mustEnsure(lbService("v4")); got != netip.MustParseAddr("10.0.0.10") {
 		t.Errorf("IPv4 Service got %s", got)
 	}
-	if answering := f.ann.Answering(); len(answering) > 1 {
+	if answering := g.ann.Answering(); len(answering) > 1 {
 		t.Errorf("announced %v; want only the IPv4 Service's VIP", answering)
 	}
 }
@@ -126,7 +139,7 @@ func TestWaitingServiceBacksOff(t *testing.T) {
 }
 
 // TestUnmendableRequestWaitsForAChange: a request only a change of the
-// Service can mend (a 100 kB malformed annotation, an IPv6 family) is
+// Service can mend (a 100 kB malformed annotation, a family no pool has) is
 // retried after maxWaitRetry, with a short error and one Warning.
 func TestUnmendableRequestWaitsForAChange(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
@@ -142,7 +155,7 @@ func TestUnmendableRequestWaitsForAChange(t *testing.T) {
 			}
 		}
 	}
-	if n, m := f.count(v1.EventTypeWarning, ReasonInvalidRequest), f.count(v1.EventTypeWarning, ReasonFamilyNotServed); n != 1 || m != 1 {
-		t.Errorf("%d %s and %d %s Warnings over 3 tries each, want 1 and 1", n, ReasonInvalidRequest, m, ReasonFamilyNotServed)
+	if n, m := f.count(v1.EventTypeWarning, ReasonInvalidRequest), f.count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 || m != 1 {
+		t.Errorf("%d %s and %d %s Warnings over 3 tries each, want 1 and 1", n, ReasonInvalidRequest, m, ReasonNoPoolForFamily)
 	}
 }
