@@ -103,6 +103,9 @@ type loadBalancer struct {
 	waits  map[string]waitState // service → how long it waits for an address now
 
 	announcerStopped atomic.Pointer[error] // why the announcer stopped before the CCM did
+	// defended is what the announcer's OnDefend reports to: l, once it
+	// leads and has its recorder and Service lister; nil in unit tests.
+	defended *atomic.Pointer[loadBalancer]
 }
 
 var _ cloudprovider.LoadBalancer = (*loadBalancer)(nil)
@@ -116,7 +119,12 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
-	ann, err := announce.New(ifi, h, announce.Options{})
+	defended := new(atomic.Pointer[loadBalancer]) // set once l leads
+	ann, err := announce.New(ifi, h, announce.Options{OnDefend: func(vip netip.Addr, from net.HardwareAddr) {
+		if l := defended.Load(); l != nil {
+			l.vipDefended(vip, from)
+		}
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
 	}
@@ -139,6 +147,7 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 	if err != nil {
 		return nil, err
 	}
+	l.defended = defended
 	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools)
 	l.role.stand(ctx)
 	go l.runAnnouncer(ctx)
@@ -179,6 +188,9 @@ func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, f
 	}
 	if err := l.place.watch(factory, l.recorder, client); err != nil {
 		return err
+	}
+	if l.defended != nil {
+		l.defended.Store(l)
 	}
 	if l.role == nil {
 		go l.runAnnouncer(ctx)

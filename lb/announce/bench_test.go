@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mdlayher/arp"
+	"github.com/vishvananda/netlink"
 )
 
 // These benchmarks run over the injected UDP loopback segment; the netns_test.go
@@ -155,4 +156,42 @@ func BenchmarkNetnsProbe(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/probe")
 		})
 	}
+}
+
+// BenchmarkNetnsIPv6SetToClientEntry: from Set moving an IPv6 VIP to the
+// client's kernel holding the new MAC, taken from the unsolicited Neighbor
+// Advertisement alone, across a real bridge (root only).
+func BenchmarkNetnsIPv6SetToClientEntry(b *testing.B) {
+	opts := labOptions()
+	opts.Interval = time.Hour // only the first round
+	l := newLab(b, opts)
+	l.startEchoServers()
+	c := l.udpSocket(l.client, nil)
+	l.check(l.a.Set(labVIP6, labNodeMAC[0]), "Set")
+	reachVIP(b, c, labVIP6) // the client holds an entry to move
+
+	updates := make(chan netlink.NeighUpdate, 64)
+	done := make(chan struct{})
+	defer close(done)
+	l.check(netlink.NeighSubscribeAt(l.client.ns, updates, done), "subscribing to the client's neighbours")
+	var total time.Duration
+	for i := 1; b.Loop(); i++ {
+		mac := labNodeMAC[i%2]
+		start := time.Now()
+		l.check(l.a.Set(labVIP6, mac), "Set")
+		timeout := time.After(2 * time.Second)
+	wait:
+		for {
+			select {
+			case u := <-updates:
+				if u.IP.Equal(labVIP6.AsSlice()) && bytes.Equal(u.HardwareAddr, mac) {
+					total += time.Since(start)
+					break wait
+				}
+			case <-timeout:
+				b.Fatalf("the client's entry did not move to %s", mac)
+			}
+		}
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/set-to-client-entry")
 }
