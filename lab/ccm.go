@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,19 +23,19 @@ import (
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
-	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/provider"
 )
 
 // labCloudConfig is the full lab's cloud config: the lab's libvirtd and
-// network, routes and load balancers on its bridge.
-func labCloudConfig() provider.Config {
+// network, routes and load balancers on its bridge, with a VIP pool in the
+// bridge's subnet of each of the cluster's families.
+func labCloudConfig(f IPFamily) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
 	cfg.Hypervisors = []provider.HypervisorConfig{{URI: labURI, Zone: "lab-host"}}
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
-	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: []lb.PoolConfig{{Name: "lab", Addresses: []string{VIPPool}}}, RoutedTraffic: provider.RoutedSpread}
+	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: f.addressing().pools, RoutedTraffic: provider.RoutedSpread}
 	return cfg
 }
 
@@ -53,7 +54,7 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 		fmt.Fprintf(u.opts.Out, "           cloud config from %s\n", u.opts.CloudConfig)
 		return u.runCCM(ctx, cp, client, bin, data)
 	}
-	data, err := marshalCloudConfig(labCloudConfig())
+	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily))
 	if err != nil {
 		return err
 	}
@@ -84,6 +85,7 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 	if err != nil {
 		return fmt.Errorf("the CCM's command line from examples/: %w", err)
 	}
+	args = withClusterCIDR(args, strings.Join(u.st.IPFamily.addressing().clusterCIDRs, ","))
 	u.st.CCMCommand = append(append([]string{bin}, args...), u.opts.CCMFlags...)
 	if err := u.st.LaunchCCM(); err != nil {
 		return err
@@ -99,6 +101,19 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 	}
 	fmt.Fprintf(u.opts.Out, "           CCM serves /healthz and /metrics on https://127.0.0.1:%d (admin token)\n", ccmSecurePort)
 	return nil
+}
+
+// withClusterCIDR sets the shipped command line's --cluster-cidr to the
+// lab's pod ranges, as the unit tells users with another pod network to:
+// the CCM routes only pod CIDRs inside it, so a dual-stack lab needs both.
+func withClusterCIDR(args []string, cidr string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if strings.HasPrefix(a, "--cluster-cidr=") {
+			out[i] = "--cluster-cidr=" + cidr
+		}
+	}
+	return out
 }
 
 // ccmSecurePort is the upstream CCM's secure port, which the shipped unit keeps.

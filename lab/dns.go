@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -24,8 +26,9 @@ import (
 // The lab's cluster DNS is CoreDNS (hack/dnstools) running beside the
 // control plane in the lab's namespace, on the bridge address. Pods reach
 // it as kubeadm clusters do: the kubelets' clusterDNS is the kube-dns
-// Service's cluster IP, and that Service's one endpoint is the bridge
-// address, so kube-proxy carries the queries there.
+// Service's cluster IPs, and that Service's endpoints are the bridge's
+// addresses (one of each of the cluster's families), so kube-proxy carries
+// the queries there.
 const (
 	ClusterDNS    = "10.96.0.10" // kube-dns's cluster IP (kubeadm's choice in 10.96.0.0/16)
 	ClusterDomain = "cluster.local"
@@ -36,9 +39,9 @@ const (
 func dnsLog(dir string) string { return filepath.Join(dir, "coredns.log") }
 
 // corefile serves the cluster's Service names (and reverse lookups of
-// their addresses) from the API server, on the bridge address only. Other
-// names get no answer: the lab has no upstream resolver to forward to.
-func corefile(kubeconfig string) string {
+// their addresses) from the API server, on the bridge's addresses only.
+// Other names get no answer: the lab has no upstream resolver to forward to.
+func corefile(kubeconfig string, f IPFamily) string {
 	return fmt.Sprintf(`.:53 {
     bind %s
     errors
@@ -50,7 +53,7 @@ func corefile(kubeconfig string) string {
     cache 30
     loadbalance
 }
-`, Gateway, ClusterDomain, kubeconfig)
+`, strings.Join(f.addressing().gateways, " "), ClusterDomain, kubeconfig)
 }
 
 // dnsRBAC lets the DNS user read what the kubernetes plugin watches, and
@@ -71,32 +74,48 @@ func dnsRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
 	return role, binding
 }
 
-// kubeDNS is kubeadm's kube-dns Service, without a selector: its endpoint
-// is the lab's CoreDNS on the bridge address (kubeDNSEndpoints).
-func kubeDNS() *v1.Service {
+// kubeDNS is kubeadm's kube-dns Service, without a selector: its endpoints
+// are the lab's CoreDNS on the bridge's addresses (kubeDNSEndpoints), with
+// a cluster IP of each of the cluster's families, primary first.
+func kubeDNS(f IPFamily) *v1.Service {
 	ports := []v1.ServicePort{
 		{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
 		{Name: "dns-tcp", Protocol: v1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(53)},
 	}
-	return &v1.Service{
+	a := f.addressing()
+	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}},
-		Spec:       v1.ServiceSpec{ClusterIP: ClusterDNS, Ports: ports},
+		Spec:       v1.ServiceSpec{ClusterIP: a.clusterDNS[0], ClusterIPs: a.clusterDNS, Ports: ports},
 	}
+	if len(a.clusterDNS) > 1 {
+		svc.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyRequireDualStack)
+	}
+	return svc
 }
 
-func kubeDNSEndpoints() *discoveryv1.EndpointSlice {
-	return &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-lab", Namespace: "kube-system", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kube-dns",
-			discoveryv1.LabelManagedBy:   "labcloud",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{Gateway}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports: []discoveryv1.EndpointPort{
-			{Name: ptr.To("dns"), Protocol: ptr.To(v1.ProtocolUDP), Port: ptr.To[int32](53)},
-			{Name: ptr.To("dns-tcp"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](53)},
-		},
+// kubeDNSEndpoints are kube-dns's EndpointSlices, one per family: the
+// bridge's address of that family.
+func kubeDNSEndpoints(f IPFamily) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	for _, gw := range f.addressing().gateways {
+		name, typ := "kube-dns-lab", discoveryv1.AddressTypeIPv4
+		if netip.MustParseAddr(gw).Is6() {
+			name, typ = "kube-dns-lab-ipv6", discoveryv1.AddressTypeIPv6
+		}
+		out = append(out, &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: map[string]string{
+				discoveryv1.LabelServiceName: "kube-dns",
+				discoveryv1.LabelManagedBy:   "labcloud",
+			}},
+			AddressType: typ,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{gw}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports: []discoveryv1.EndpointPort{
+				{Name: ptr.To("dns"), Protocol: ptr.To(v1.ProtocolUDP), Port: ptr.To[int32](53)},
+				{Name: ptr.To("dns-tcp"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](53)},
+			},
+		})
 	}
+	return out
 }
 
 // startDNS runs CoreDNS with its own token (dnsToken, in the API server's
@@ -119,7 +138,8 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 		return err
 	}
 	conf := filepath.Join(u.st.Dir, "Corefile")
-	if err := os.WriteFile(conf, []byte(corefile(kc)), 0o644); err != nil {
+	fam := u.st.IPFamily
+	if err := os.WriteFile(conf, []byte(corefile(kc, fam)), 0o644); err != nil {
 		return err
 	}
 	p, err := controlplane.StartDaemon(dnsLog(u.st.Dir), bin, "-conf", conf)
@@ -127,45 +147,58 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 		return err
 	}
 	u.st.Pids[dnsPid] = p.Pid()
-	if _, err := client.CoreV1().Services("kube-system").Create(ctx, kubeDNS(), metav1.CreateOptions{}); err != nil {
+	dns := kubeDNS(fam)
+	if _, err := client.CoreV1().Services("kube-system").Create(ctx, dns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("service kube-system/kube-dns: %w", err)
 	}
-	if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(ctx, kubeDNSEndpoints(), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("endpoint slice of kube-system/kube-dns: %w", err)
+	for _, s := range kubeDNSEndpoints(fam) {
+		if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("endpoint slice %s of kube-system/kube-dns: %w", s.Name, err)
+		}
 	}
 	api, err := client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
+	// The kubernetes Service has the API server's family only; every
+	// bridge address must answer for it.
 	name, want := "kubernetes.default.svc."+ClusterDomain, api.Spec.ClusterIP
-	var last error
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if p.Exited() {
-			return false, fmt.Errorf("coredns exited at start:\n%s", p.Tail(20))
-		}
-		addrs, err := resolveAt(ctx, Gateway, name)
-		if err == nil && len(addrs) == 1 && addrs[0] == want {
-			return true, nil
-		}
-		last = fmt.Errorf("%s at %s: %v %v, want %s", name, Gateway, addrs, err, want)
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("cluster DNS not answering: %w (last: %v; log %s)", err, last, dnsLog(u.st.Dir))
+	network := "ip4"
+	if netip.MustParseAddr(want).Is6() {
+		network = "ip6"
 	}
-	fmt.Fprintf(u.opts.Out, "           %s -> %s from CoreDNS at %s (Service kube-system/kube-dns %s)\n", name, want, Gateway, ClusterDNS)
+	for _, gw := range fam.addressing().gateways {
+		var last error
+		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			if p.Exited() {
+				return false, fmt.Errorf("coredns exited at start:\n%s", p.Tail(20))
+			}
+			addrs, err := resolveAt(ctx, gw, network, name)
+			if err == nil && len(addrs) == 1 && addrs[0] == want {
+				return true, nil
+			}
+			last = fmt.Errorf("%s at %s: %v %v, want %s", name, gw, addrs, err, want)
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("cluster DNS not answering: %w (last: %v; log %s)", err, last, dnsLog(u.st.Dir))
+		}
+		fmt.Fprintf(u.opts.Out, "           %s -> %s from CoreDNS at %s\n", name, want, gw)
+	}
+	fmt.Fprintf(u.opts.Out, "           Service kube-system/kube-dns %s\n", strings.Join(dns.Spec.ClusterIPs, ","))
 	return nil
 }
 
-// resolveAt looks name up (A records) at the DNS server on server:53.
-func resolveAt(ctx context.Context, server, name string) ([]string, error) {
+// resolveAt looks name up (network "ip4": A, "ip6": AAAA records) at the
+// DNS server on server:53.
+func resolveAt(ctx context.Context, server, network, name string) ([]string, error) {
 	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, net.JoinHostPort(server, "53"))
 	}}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ips, err := r.LookupIP(ctx, "ip4", name)
+	ips, err := r.LookupIP(ctx, network, name)
 	var out []string
 	for _, ip := range ips {
 		out = append(out, ip.String())

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -69,13 +71,17 @@ func firstAnswer(ctx context.Context, client kubernetes.Interface) error {
 	return err
 }
 
-// HostnameAt is agnhost netexec's /hostname through vip, asked on a new
-// connection (as curl does: a kept-alive one to a node that just died
-// would stall the next) within timeout: the answering pod's name, or ""
-// without an answer.
+// HostnameAt is agnhost netexec's /hostname through vip (an address of
+// either family, port 80, or host:port), asked on a new connection (as
+// curl does: a kept-alive one to a node that just died would stall the
+// next) within timeout: the answering pod's name, or "" without an answer.
 func HostnameAt(vip string, timeout time.Duration) string {
 	c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + vip + "/hostname")
+	target := vip // host:port as it is; an address of either family on port 80
+	if a, err := netip.ParseAddr(vip); err == nil {
+		target = net.JoinHostPort(a.String(), "80")
+	}
+	resp, err := c.Get("http://" + target + "/hostname")
 	if err != nil {
 		return ""
 	}

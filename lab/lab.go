@@ -24,7 +24,7 @@ const (
 	subnet      = "10.123.0"
 	Subnet      = subnet + ".0/24" // the lab network's
 	APIPort     = 6443
-	ClusterCIDR = "10.244.0.0/16"
+	ClusterCIDR = "10.244.0.0/16" // pod CIDRs; ClusterCIDR6 is IPv6's
 	VIPPool     = "10.123.0.200-10.123.0.250"
 	NodePrefix  = "lab-node-"
 	// The network's DHCP range: subnet.dhcpFirst-dhcpLast.
@@ -58,11 +58,14 @@ type State struct {
 	Pids           map[string]int `json:"pids"`
 	// CCMCommand is the CCM's command line (binary first) as the lab
 	// started it: a restart (labcloud chaos) runs exactly this again.
-	CCMCommand []string  `json:"ccmCommand,omitempty"`
-	Nodes      []string  `json:"nodes"`
-	Light      bool      `json:"light,omitempty"`
-	Steps      []Step    `json:"steps"`
-	Started    time.Time `json:"started"`
+	CCMCommand []string `json:"ccmCommand,omitempty"`
+	Nodes      []string `json:"nodes"`
+	Light      bool     `json:"light,omitempty"`
+	// IPFamily is the cluster's (up --ip-family); empty in a state written
+	// before it was recorded, which was IPv4.
+	IPFamily IPFamily  `json:"ipFamily,omitempty"`
+	Steps    []Step    `json:"steps"`
+	Started  time.Time `json:"started"`
 }
 
 // Step is one timed step of Up.

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,9 @@ const (
 	kubeletConfigPath = "/var/lib/kubelet/config.yaml"
 	proxyKubeconfig   = "/var/lib/kube-proxy/kubeconfig"
 	proxyConfigPath   = "/var/lib/kube-proxy/config.yaml"
+	// ipFamilyPath tells the node's init (lab/image's lab-init/rc) which
+	// families to configure and pass to the kubelet as --node-ip.
+	ipFamilyPath = "/etc/labcloud/ip-family"
 )
 
 // nodeIdentity is what one node needs to join: its name, the API server, the
@@ -32,7 +36,7 @@ type nodeIdentity struct {
 	CAPEM           []byte
 	KubeletToken    string
 	ProxyToken      string
-	ClusterCIDR     string
+	IPFamily        IPFamily
 	ProxyMode       string // iptables or nftables
 }
 
@@ -47,7 +51,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	kc, err := kubeletConfig()
+	kc, err := kubeletConfig(id.IPFamily)
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +66,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 		{Path: kubeletConfigPath, Mode: 0o644, Data: kc},
 		{Path: proxyKubeconfig, Mode: 0o600, Data: proxy},
 		{Path: proxyConfigPath, Mode: 0o644, Data: pc},
+		{Path: ipFamilyPath, Mode: 0o644, Data: []byte(string(id.IPFamily.orIPv4()) + "\n")},
 	}, nil
 }
 
@@ -70,7 +75,8 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 // API server's client certificate from the cluster CA for logs and exec),
 // cgroupfs on cgroup v2, containerd's socket, and kind's settings that keep
 // a small node from evicting or garbage-collecting what it just imported.
-func kubeletConfig() ([]byte, error) {
+// Pods resolve through kube-dns's cluster IPs of the cluster's families.
+func kubeletConfig(f IPFamily) ([]byte, error) {
 	c := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -87,7 +93,7 @@ func kubeletConfig() ([]byte, error) {
 			"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%",
 		},
 		ClusterDomain:             ClusterDomain,
-		ClusterDNS:                []string{ClusterDNS},
+		ClusterDNS:                f.addressing().clusterDNS,
 		ResolverConfig:            ptr.To("/etc/resolv.conf"),
 		RotateCertificates:        false,
 		ServerTLSBootstrap:        false,
@@ -101,7 +107,8 @@ func kubeletConfig() ([]byte, error) {
 }
 
 // proxyConfig runs kube-proxy in iptables (or nftables) mode with the
-// cluster's pod range, so traffic from outside it is told apart.
+// cluster's pod ranges, so traffic from outside them is told apart. With
+// both families' ranges it runs dual-stack: one proxier per family.
 func proxyConfig(id nodeIdentity) ([]byte, error) {
 	mode := id.ProxyMode
 	if mode == "" {
@@ -111,7 +118,7 @@ func proxyConfig(id nodeIdentity) ([]byte, error) {
 		TypeMeta:         metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
 		ClientConnection: componentbaseconfigv1alpha1.ClientConnectionConfiguration{Kubeconfig: proxyKubeconfig},
 		Mode:             proxyv1alpha1.ProxyMode(mode),
-		ClusterCIDR:      id.ClusterCIDR,
+		ClusterCIDR:      strings.Join(id.IPFamily.addressing().clusterCIDRs, ","),
 		HostnameOverride: id.Name,
 		Conntrack:        proxyv1alpha1.KubeProxyConntrackConfiguration{MaxPerCore: ptr.To[int32](0)},
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	Dir   string
 	// Light runs no guests and no libvirtd (UpLight).
 	Light bool
+	// IPFamily is the cluster's: ipv4 (also when empty), ipv6 or dual
+	// (full lab only; see IPFamily).
+	IPFamily IPFamily
 	// Wait is how long up waits for the Nodes; 0 means DefaultWait, or for
 	// a light lab 3 minutes plus 100 ms per node.
 	Wait time.Duration
@@ -81,6 +84,11 @@ func (o Options) Validate() error {
 		}
 	} else if o.Nodes < 1 || o.Nodes > MaxNodes {
 		bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d guests (one DHCP lease each from %s.%d-%d); --light simulates up to %d", MaxNodes, subnet, dhcpFirst, dhcpLast, MaxLightNodes))
+	}
+	if _, err := ParseIPFamily(string(o.IPFamily)); err != nil && o.IPFamily != "" {
+		errs = append(errs, err)
+	} else if o.Light && o.IPFamily.orIPv4() != IPv4 {
+		bad("--ip-family", o.IPFamily, "only ipv4 with --light: its simulated nodes have no addresses to carry another family")
 	}
 	if o.Wait < 0 {
 		bad("--wait", o.Wait, "must be positive")
@@ -253,7 +261,7 @@ func CheckLabCloudConfig(cfg provider.Config) error {
 		if pools, err := lb.NewPools(lbc.Pools); err == nil {
 			for _, a := range reservedAddrs() {
 				if p, ok := pools.For(a); ok {
-					bad("loadBalancer.pools", p.Name(), fmt.Sprintf("holds %s, the lab's gateway or DHCP range (%s.%d-%d)", a, subnet, dhcpFirst, dhcpLast))
+					bad("loadBalancer.pools", p.Name(), fmt.Sprintf("holds %s, the lab's gateway or DHCP range (%s.%d-%d, %s-%s)", a, subnet, dhcpFirst, dhcpLast, dhcp6First, dhcp6Last))
 					break
 				}
 			}
@@ -262,11 +270,16 @@ func CheckLabCloudConfig(cfg provider.Config) error {
 	return errors.Join(errs...)
 }
 
-// reservedAddrs are the bridge's address and the DHCP range.
+// reservedAddrs are the bridge's addresses and the DHCP ranges of both
+// families (the IPv6 ones are there whatever the family of the lab).
 func reservedAddrs() []netip.Addr {
-	out := []netip.Addr{netip.MustParseAddr(Gateway)}
+	out := []netip.Addr{netip.MustParseAddr(Gateway), netip.MustParseAddr(Gateway6)}
 	for i := dhcpFirst; i <= dhcpLast; i++ {
 		out = append(out, netip.MustParseAddr(fmt.Sprintf("%s.%d", subnet, i)))
+	}
+	last := netip.MustParseAddr(dhcp6Last)
+	for a := netip.MustParseAddr(dhcp6First); a.Compare(last) <= 0; a = a.Next() {
+		out = append(out, a)
 	}
 	return out
 }

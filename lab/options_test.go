@@ -53,6 +53,14 @@ func TestValidate(t *testing.T) {
 		{"light many", func(o *Options) { o.Light, o.Nodes = true, MaxLightNodes }, nil},
 		{"light too many", func(o *Options) { o.Light, o.Nodes = true, MaxLightNodes+1 }, []string{"--nodes 10001"}},
 		{"negative wait", func(o *Options) { o.Wait = -time.Second }, []string{"--wait -1s"}},
+		{"ipv6", func(o *Options) { o.IPFamily = IPv6 }, nil},
+		{"dual", func(o *Options) { o.IPFamily = DualStack }, nil},
+		{"unknown family", func(o *Options) { o.IPFamily = "IPv6" }, []string{"--ip-family IPv6", "ipv4, ipv6 or dual"}},
+		{"light dual", func(o *Options) { o.Light, o.IPFamily = true, DualStack }, []string{"--ip-family dual", "--light"}},
+		{"light ipv4", func(o *Options) { o.Light, o.IPFamily = true, IPv4 }, nil},
+		{"cloud config pool in the DHCPv6 range", func(o *Options) {
+			o.CloudConfig = fileWith("f.yaml", "10.123.0.208/29", "fd00:10:123::1f0-fd00:10:123::210")
+		}, []string{"loadBalancer.pools", "mine", "fd00:10:123::1f0"}},
 		{"no state dir", func(o *Options) { o.Dir = "" }, []string{"--state-dir"}},
 		{"extra CCM flags", func(o *Options) {
 			o.CCMFlags = []string{"--v=4", "--concurrent-node-syncs=2", "--feature-gates=A=true,B=false"}
@@ -131,7 +139,11 @@ func TestWaitFor(t *testing.T) {
 // pass the check custom configs get.
 func TestLabCloudConfigsLoad(t *testing.T) {
 	st := &State{Dir: "/var/lib/labcloud/lab", Light: true}
-	for name, cfg := range map[string]provider.Config{"full": labCloudConfig(), "light": lightCloudConfig(st)} {
+	configs := map[string]provider.Config{"light": lightCloudConfig(st)}
+	for _, f := range IPFamilies {
+		configs["full-"+string(f)] = labCloudConfig(f)
+	}
+	for name, cfg := range configs {
 		data, err := marshalCloudConfig(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -143,7 +155,7 @@ func TestLabCloudConfigsLoad(t *testing.T) {
 		if !reflect.DeepEqual(got, cfg) {
 			t.Errorf("%s: loads as\n%+v\nwant\n%+v\nfrom\n%s", name, got, cfg, data)
 		}
-		if name == "full" {
+		if strings.HasPrefix(name, "full") {
 			if err := CheckLabCloudConfig(got); err != nil {
 				t.Errorf("the lab's own cloud config does not fit the lab: %v", err)
 			}

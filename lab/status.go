@@ -44,8 +44,11 @@ type NodeStatus struct {
 	Ready       string   `json:"ready"`
 	Addresses   []string `json:"addresses"`
 	PodCIDR     string   `json:"podCIDR"`
-	Route       string   `json:"route"`
-	Taints      []string `json:"taints,omitempty"`
+	// PodCIDRs are one per family, PodCIDR (the primary) first.
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// Route is the CCM's route of each pod CIDR that has one, in order.
+	Route  string   `json:"route"`
+	Taints []string `json:"taints,omitempty"`
 }
 
 // ServiceStatus is one VIP of a LoadBalancer Service: who answers for it
@@ -105,9 +108,18 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		if d, ok := domains[n.Name]; ok {
 			ns.Domain, ns.DomainState, ns.MAC = n.Name, d.State, d.MAC
 		}
-		if gw, ok := routes[n.Spec.PodCIDR]; ok {
-			ns.Route = fmt.Sprintf("via %s dev %s proto %d", gw, Bridge, netroutes.DefaultProtocol)
+		ns.PodCIDRs = podCIDRs(&n)
+		var rs []string
+		for _, c := range ns.PodCIDRs {
+			if gw, ok := routes[c]; ok {
+				r := fmt.Sprintf("via %s dev %s proto %d", gw, Bridge, netroutes.DefaultProtocol)
+				if len(ns.PodCIDRs) > 1 {
+					r = c + " " + r
+				}
+				rs = append(rs, r)
+			}
 		}
+		ns.Route = strings.Join(rs, "; ")
 		out.Nodes = append(out.Nodes, ns)
 	}
 	svcs, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
@@ -168,7 +180,7 @@ func (s *Status) WriteTable(w io.Writer) {
 	fmt.Fprintln(tw, "NODE\tDOMAIN\tSTATE\tREADY\tADDRESSES\tPOD CIDR\tROUTE\tPROVIDER ID")
 	for _, n := range s.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Domain), dash(n.DomainState), n.Ready,
-			dash(strings.Join(n.Addresses, ",")), dash(n.PodCIDR), dash(n.Route), dash(n.ProviderID))
+			dash(strings.Join(n.Addresses, ",")), dash(strings.Join(n.PodCIDRs, ",")), dash(n.Route), dash(n.ProviderID))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC\tSINCE\tPLACEMENT\tHOST NEIGHBOUR\tROUTED VIA")

@@ -80,7 +80,7 @@ func beginUp(opts Options) (*upRun, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, Started: time.Now()}}
+	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, IPFamily: opts.IPFamily.orIPv4(), Started: time.Now()}}
 	return u, u.st.Save()
 }
 
@@ -133,8 +133,13 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 			removeGuests(opts.Out)
 			return nil
 		}},
-		{"libvirt network " + NetworkName, DefineNetwork},
-		{"multipath hash per connection", spreadPerConnection},
+		{fmt.Sprintf("libvirt network %s (%s)", NetworkName, u.st.IPFamily), func() error {
+			if err := noIPv6DAD(); err != nil {
+				return err
+			}
+			return DefineNetwork(u.st.IPFamily)
+		}},
+		{"multipath hash per connection", func() error { return spreadPerConnection(u.st.IPFamily) }},
 		{"etcd, kube-apiserver, kube-controller-manager, kube-scheduler", func() (err error) {
 			cp, client, err = u.startControlPlane(ctx)
 			return err
@@ -237,22 +242,36 @@ func isFile(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// DefineNetwork creates the lab's libvirt network on the lab's libvirtd.
-func DefineNetwork() error {
+// DefineNetwork creates the lab's libvirt network for the family on the
+// lab's libvirtd.
+func DefineNetwork(f IPFamily) error {
 	c, err := libvirt.NewConnect(labURI)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return libvirtd.CreateNetwork(c, NetworkName, Bridge, subnet, dhcpFirst, dhcpLast)
+	return f.network().Create(c)
+}
+
+// noIPv6DAD turns duplicate address detection off for the links made
+// from now on in the lab's namespace (up runs there): the bridge has no
+// carrier until a guest is plugged in, and until then an address under
+// detection stays tentative, so CoreDNS and the API server could not bind
+// the bridge's IPv6 address. The lab owns the link and pins every guest
+// elsewhere: there is nothing to detect.
+func noIPv6DAD() error {
+	return os.WriteFile("/proc/sys/net/ipv6/conf/default/accept_dad", []byte("0"), 0o644)
 }
 
 // spreadPerConnection has the lab's host spread routed connections to VIPs
 // over the CCM's multipath routes per connection, as docs/reference.md tells
 // users to: the sysctl makes the kernel hash a connection's ports as well
 // as its addresses. It is per network namespace, and up runs in the lab's.
-func spreadPerConnection() error {
-	return os.WriteFile("/proc/sys/net/ipv4/fib_multipath_hash_policy", []byte("1"), 0o644)
+func spreadPerConnection(f IPFamily) error {
+	if err := os.WriteFile("/proc/sys/net/ipv4/fib_multipath_hash_policy", []byte("1"), 0o644); err != nil || !f.HasIPv6() {
+		return err
+	}
+	return os.WriteFile("/proc/sys/net/ipv6/fib_multipath_hash_policy", []byte("1"), 0o644)
 }
 
 func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPlane, kubernetes.Interface, error) {
@@ -264,7 +283,13 @@ func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPla
 	u.proxyToken = controlplane.NewToken()
 	u.dnsToken = controlplane.NewToken()
 	tokens = append(tokens, controlplane.Token{Token: u.proxyToken, User: "system:kube-proxy"}, controlplane.Token{Token: u.dnsToken, User: dnsUser})
-	return u.runControlPlane(ctx, controlplane.Options{Address: Gateway, ClusterCIDR: ClusterCIDR, Tokens: tokens, Scheduler: true})
+	a := u.st.IPFamily.addressing()
+	return u.runControlPlane(ctx, controlplane.Options{
+		Address: a.apiAddress, AltIPs: []string{Gateway, Gateway6},
+		ClusterCIDR: strings.Join(a.clusterCIDRs, ","), NodeCIDRMaskSizeIPv6: nodeMaskSize6,
+		ServiceCIDR: strings.Join(a.serviceCIDRs, ","),
+		Tokens:      tokens, Scheduler: true,
+	})
 }
 
 // runControlPlane starts the lab's control plane as daemons (opts gives
@@ -330,11 +355,11 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		initrd := filepath.Join(nodes, name+".initrd")
 		files, err := nodeFiles(nodeIdentity{
 			Name:         name,
-			APIServer:    fmt.Sprintf("https://%s:%d", Gateway, APIPort),
+			APIServer:    u.st.IPFamily.apiServerURL(),
 			CAPEM:        cp.CAData,
 			KubeletToken: u.tokens[i-1].Token,
 			ProxyToken:   u.proxyToken,
-			ClusterCIDR:  ClusterCIDR,
+			IPFamily:     u.st.IPFamily,
 		})
 		if err != nil {
 			return err
@@ -437,9 +462,15 @@ func labReady(ctx context.Context, client kubernetes.Interface, st *State) (bool
 		if n.Spec.ProviderID != "" && nodeIsReady(n) {
 			initialized++
 		}
-		if n.Spec.PodCIDR != "" {
+		// One pod CIDR of each of the cluster's families, each routed.
+		if cidrs := podCIDRs(n); len(cidrs) == len(st.IPFamily.addressing().clusterCIDRs) {
 			cidr++
-			if _, ok := routes[n.Spec.PodCIDR]; ok {
+			all := true
+			for _, c := range cidrs {
+				_, ok := routes[c]
+				all = all && ok
+			}
+			if all {
 				routed++
 			}
 		}
@@ -447,6 +478,17 @@ func labReady(ctx context.Context, client kubernetes.Interface, st *State) (bool
 	total := len(st.Nodes)
 	msg := fmt.Sprintf("%d/%d registered, %d/%d Ready+initialized, %d/%d pod CIDRs, %d/%d routes", registered, total, initialized, total, cidr, total, routed, total)
 	return initialized == total && routed == total, msg
+}
+
+// podCIDRs are a Node's pod CIDRs, one per family.
+func podCIDRs(n *v1.Node) []string {
+	if len(n.Spec.PodCIDRs) > 0 {
+		return n.Spec.PodCIDRs
+	}
+	if n.Spec.PodCIDR != "" {
+		return []string{n.Spec.PodCIDR}
+	}
+	return nil
 }
 
 func nodeIsReady(n *v1.Node) bool {

@@ -94,6 +94,7 @@ func upCmd(dir *string) *cobra.Command {
 		keep       bool
 		waitFor    time.Duration
 		listenerFD int
+		ipFamily   = string(lab.IPv4)
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -105,6 +106,11 @@ func upCmd(dir *string) *cobra.Command {
 				return &lab.FlagError{Flag: "--wait", Value: waitFor.String(), Reason: "must be positive"}
 			}
 			opts.Wait, opts.Dir, opts.Out = waitFor, *dir, cmd.OutOrStdout()
+			fam, err := lab.ParseIPFamily(ipFamily)
+			if err != nil {
+				return err
+			}
+			opts.IPFamily = fam
 			if opts.CloudConfig != "" {
 				abs, err := filepath.Abs(opts.CloudConfig)
 				if err != nil {
@@ -170,7 +176,7 @@ func upCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			args := []string{"up", "--nodes", fmt.Sprint(opts.Nodes), "--state-dir", *dir, "--host-listener-fd=3"}
+			args := []string{"up", "--nodes", fmt.Sprint(opts.Nodes), "--state-dir", *dir, "--host-listener-fd=3", "--ip-family", string(opts.IPFamily)}
 			if opts.Light {
 				args = append(args, "--light")
 			}
@@ -218,6 +224,7 @@ func upCmd(dir *string) *cobra.Command {
 	f.IntVar(&opts.Nodes, "nodes", opts.Nodes, fmt.Sprintf("number of nodes: guest VMs (1-%d), or simulated nodes with --light (1-%d)", lab.MaxNodes, lab.MaxLightNodes))
 	f.BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
 	f.BoolVar(&opts.Light, "light", opts.Light, "no guests and no libvirtd: libvirt's test driver and simulated nodes")
+	f.StringVar(&ipFamily, "ip-family", ipFamily, "the cluster's IP family: ipv4, ipv6 or dual (IPv4 first); ipv6 and dual add an IPv6 /64 with RA and DHCPv6 to the lab's network (full lab only)")
 	f.DurationVar(&waitFor, "wait", 0, fmt.Sprintf("how long up waits for every Node to be Ready and initialized (default %s; with --light 3m plus 100ms per node)", lab.DefaultWait))
 	f.StringArrayVar(&opts.CCMFlags, "ccm-flag", nil, "a flag added to the CCM's shipped command line, one word each (repeatable), e.g. --ccm-flag=--v=4")
 	f.StringVar(&opts.CloudConfig, "cloud-config", "", "a cloud-config file for the CCM instead of the lab's (full lab; must name the lab's libvirtd, network and bridge; docs/lab.md)")
@@ -261,7 +268,7 @@ func simulateCmd() *cobra.Command {
 // the checkout's hack/install-deps.sh.
 func ensureHostPackages(cmd *cobra.Command) error {
 	missing := false
-	for _, b := range []string{"libvirtd", "virtlogd", "qemu-system-x86_64", "dnsmasq", "busybox"} {
+	for _, b := range []string{"libvirtd", "virtlogd", "qemu-system-x86_64", "dnsmasq", "busybox", "dhcpcd"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = true
 		}
@@ -492,7 +499,7 @@ func e2eCmd(dir *string) *cobra.Command {
 		Use:   "e2e",
 		Short: "Run Kubernetes' own LoadBalancer e2e tests (e2e.test) against the running lab; writes JUnit",
 		Long: `e2e runs the e2e.test built with the lab's tools with the lab's admin kubeconfig,
-in a client namespace (labcloud-e2e, 10.124.0.2) joined to the lab's namespace by a veth
+in a client namespace (labcloud-e2e, 10.124.0.2, and fd00:10:124::2 on an IPv6 or dual lab) joined to the lab's namespace by a veth
 pair: VIPs, NodePorts, node and pod addresses are reachable there, from an address outside
 the nodes' subnet, as the source-IP tests of externalTrafficPolicy Local require.
 It writes junit_01.xml and e2e.log into --junit-dir, prints every selected test with its
@@ -514,13 +521,16 @@ test fails. The default focus and skip are explained in docs/conformance.md.`,
 			if opts.ReportDir, err = filepath.Abs(opts.ReportDir); err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("skip") {
+				opts.Skip = conformance.SkipFor(st.IPFamily)
+			}
 			opts.Out = cmd.OutOrStdout()
 			_, err = conformance.Run(cmd.Context(), st, opts)
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&opts.Focus, "focus", opts.Focus, "regular expression of the tests to run (Ginkgo focus)")
-	cmd.Flags().StringVar(&opts.Skip, "skip", opts.Skip, "regular expression of the tests to leave out (Ginkgo skip)")
+	cmd.Flags().StringVar(&opts.Skip, "skip", opts.Skip, "regular expression of the tests to leave out (Ginkgo skip); the default drops IPv6 and DualStack tests on an IPv4 lab, DualStack on an IPv6 one")
 	cmd.Flags().StringVar(&opts.ReportDir, "junit-dir", opts.ReportDir, "directory for junit_01.xml, e2e.log and the tests' output")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", opts.Timeout, "time limit of the whole suite")
 	return cmd

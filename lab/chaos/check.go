@@ -38,10 +38,10 @@ const (
 
 // Snapshot is the lab at one moment, as the invariants see it.
 type Snapshot struct {
-	At     time.Time    // when taking it began
-	End    time.Time    // when it was complete
-	Subnet netip.Prefix // the bridge's subnet
-	Nodes  []Node
+	At      time.Time      // when taking it began
+	End     time.Time      // when it was complete
+	Subnets []netip.Prefix // the bridge's subnets, one per family
+	Nodes   []Node
 	// NodesAfter are the Nodes listed again once the ARP probe is done. A
 	// node can become eligible (or stop being) while the probe runs, and
 	// the CCM moves a VIP within milliseconds of the Node's update: a node
@@ -304,7 +304,7 @@ func checkRoutes(s *Snapshot) []Condition {
 	for _, n := range s.Nodes {
 		nodes = append(nodes, netroutes.Node{Name: n.Name, PodCIDRs: n.PodCIDRs, Addresses: n.InternalIPs})
 	}
-	want, _ := netroutes.Desired([]netip.Prefix{s.Subnet}, nodes) // a pod CIDR with a problem gets no route
+	want, _ := netroutes.Desired(s.Subnets, nodes) // a pod CIDR with a problem gets no route
 	missing, stale := netroutes.Diff(want, s.Routes)
 	var out []Condition
 	for _, r := range missing {

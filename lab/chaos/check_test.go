@@ -25,7 +25,7 @@ func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 // and both pod-CIDR routes in place: no condition.
 func healthyLab() *Snapshot {
 	return &Snapshot{
-		At: t0, End: t0.Add(time.Second), Subnet: prefix("10.123.0.0/24"),
+		At: t0, End: t0.Add(time.Second), Subnets: []netip.Prefix{prefix("10.123.0.0/24")},
 		Nodes: []Node{
 			{Name: "n1", UID: "u1", Reported: t0, PodCIDRs: []netip.Prefix{prefix("10.244.0.0/24")}, InternalIPs: []netip.Addr{ip("10.123.0.101")}, Addresses: []netip.Addr{ip("10.123.0.101")}},
 			{Name: "n2", UID: "u2", Reported: t0, PodCIDRs: []netip.Prefix{prefix("10.244.1.0/24")}, InternalIPs: []netip.Addr{ip("10.123.0.102")}, Addresses: []netip.Addr{ip("10.123.0.102")}},

@@ -221,10 +221,10 @@ func (p *arpProber) collect(vips []netip.Addr, deadline time.Time, out map[netip
 
 // observer takes snapshots of the lab.
 type observer struct {
-	st     *lab.State
-	client kubernetes.Interface
-	arp    *arpProber
-	subnet netip.Prefix
+	st      *lab.State
+	client  kubernetes.Interface
+	arp     *arpProber
+	subnets []netip.Prefix
 
 	mu      sync.Mutex
 	downAt  map[string]time.Time // when each domain was last made or seen to go down
@@ -232,7 +232,7 @@ type observer struct {
 }
 
 func newObserver(st *lab.State, client kubernetes.Interface, p *arpProber) *observer {
-	return &observer{st: st, client: client, arp: p, subnet: netip.MustParsePrefix(lab.Subnet), downAt: map[string]time.Time{}}
+	return &observer{st: st, client: client, arp: p, subnets: st.IPFamily.Subnets(), downAt: map[string]time.Time{}}
 }
 
 // wentDown records that chaos stopped a domain at t.
@@ -247,7 +247,7 @@ func (o *observer) wentDown(name string, t time.Time) {
 // snapshot reads the lab. An error means the snapshot is incomplete (the
 // API server or the kernel could not be read) and must not be judged.
 func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
-	s := &Snapshot{At: time.Now(), Subnet: o.subnet}
+	s := &Snapshot{At: time.Now(), Subnets: o.subnets}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var err error

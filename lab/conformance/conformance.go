@@ -32,12 +32,25 @@ const DefaultFocus = `\[Feature:LoadBalancer\]` +
 	`|Services should serve endpoints on same port and different protocol for internal traffic on Type LoadBalancer`
 
 // DefaultSkip drops only what cannot apply to the lab; docs/conformance.md gives
-// the reason of each: the lab is IPv4-only, SCTP is not what it offers,
+// the reason of each: an IPv4 lab (the default) has no IPv6, SCTP is not what it offers,
 // flaky tests prove nothing either way, and [Disruptive] tests reboot or
 // restart nodes and daemons over SSH, which the lab's guests do not run (the
 // cloud Node test is [Disruptive] too, and it can only delete an instance
 // through an aws or gce e2e provider: it is listed as skipped).
 const DefaultSkip = `IPv6|DualStack|SCTP|\[Flaky\]|\[Disruptive\]`
+
+// SkipFor is the default skip for a lab of the family: DefaultSkip on
+// IPv4; an IPv6 lab runs the IPv6 tests, a dual-stack lab the dual-stack
+// ones too.
+func SkipFor(f lab.IPFamily) string {
+	switch f {
+	case lab.IPv6:
+		return `DualStack|SCTP|\[Flaky\]|\[Disruptive\]`
+	case lab.DualStack:
+		return `SCTP|\[Flaky\]|\[Disruptive\]`
+	}
+	return DefaultSkip
+}
 
 // Options choose what `labcloud e2e` runs and where it writes.
 type Options struct {
@@ -55,14 +68,19 @@ type Options struct {
 // was not preserved when the address a pod sees lies in the /16 of a node's
 // InternalIP (loadbalancer.go getSubnetPrefix); the lab's own address on the
 // bridge, 10.123.0.1, does. Nodes reach the client through their default
-// route (the lab's address on the bridge), so replies need no NAT.
+// route (the lab's address on the bridge), so replies need no NAT. An
+// IPv6 or dual-stack lab gives the pair IPv6 addresses too, outside the
+// bridge's /64 for the same reason.
 const (
-	E2ENetns      = "labcloud-e2e"
-	e2eLabVeth    = "lce2e0" // in the lab's namespace
-	e2eClientVeth = "lce2e1" // in E2ENetns
-	e2eLabAddr    = "10.124.0.1"
-	e2eClientAddr = "10.124.0.2"
-	e2ePrefix     = "/30"
+	E2ENetns       = "labcloud-e2e"
+	e2eLabVeth     = "lce2e0" // in the lab's namespace
+	e2eClientVeth  = "lce2e1" // in E2ENetns
+	e2eLabAddr     = "10.124.0.1"
+	e2eClientAddr  = "10.124.0.2"
+	e2ePrefix      = "/30"
+	e2eLabAddr6    = "fd00:10:124::1"
+	e2eClientAddr6 = "fd00:10:124::2"
+	e2ePrefix6     = "/64"
 )
 
 // Run runs the prebuilt e2e.test of the lab's tools against the running lab
@@ -102,7 +120,7 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 	if labNetns == "" {
 		labNetns = lab.Netns
 	}
-	cleanup, err := setupClient(ctx, labNetns, E2ENetns)
+	cleanup, err := setupClient(ctx, labNetns, E2ENetns, st.IPFamily.HasIPv6())
 	defer func() {
 		if cerr := cleanup(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("remove the e2e client namespace: %w", cerr))
@@ -122,7 +140,11 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // Ginkgo cleans up on SIGINT
 	cmd.WaitDelay = 2 * time.Minute
 	logger.Info("Running e2e.test", "netns", E2ENetns, "args", args)
-	fmt.Fprintf(opts.Out, "running in namespace %s (%s): %s %s\n", E2ENetns, e2eClientAddr, bin, strings.Join(args, " "))
+	client := e2eClientAddr
+	if st.IPFamily.HasIPv6() {
+		client += ", " + e2eClientAddr6
+	}
+	fmt.Fprintf(opts.Out, "running in namespace %s (%s): %s %s\n", E2ENetns, client, bin, strings.Join(args, " "))
 	start := time.Now()
 	runErr := cmd.Run()
 	wall := time.Since(start)
@@ -147,22 +169,27 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 }
 
 // setupClient makes clientNetns, joined to the lab's namespace labNetns by
-// a veth pair, with a default route into the lab, and lets the lab forward
-// its traffic (libvirt's routed network forwards only its own subnet). The
-// cleanup removes both, and is to be called even when setup fails.
-func setupClient(ctx context.Context, labNetns, clientNetns string) (cleanup func() error, err error) {
+// a veth pair, with a default route into the lab (of both families with
+// ipv6), and lets the lab forward its traffic (libvirt's routed network
+// forwards only its own subnet). The cleanup removes both, and is to be
+// called even when setup fails.
+func setupClient(ctx context.Context, labNetns, clientNetns string, ipv6 bool) (cleanup func() error, err error) {
 	forward := [][]string{
 		{"FORWARD", "-i", e2eLabVeth, "-j", "ACCEPT"},
 		{"FORWARD", "-o", e2eLabVeth, "-j", "ACCEPT"},
 	}
+	// Rules of both families are removed whatever this run's: a crashed
+	// run of another family may have left them.
 	cleanup = func() error {
 		var errs []error
-		for _, rule := range forward {
-			// Delete every copy: a crashed run may have left one.
-			for run(context.Background(), "ip", append([]string{"netns", "exec", labNetns, "iptables", "-C"}, rule...)...) == nil {
-				if err := run(context.Background(), "ip", append([]string{"netns", "exec", labNetns, "iptables", "-D"}, rule...)...); err != nil {
-					errs = append(errs, err)
-					break
+		for _, tables := range []string{"iptables", "ip6tables"} {
+			for _, rule := range forward {
+				// Delete every copy: a crashed run may have left one.
+				for run(context.Background(), "ip", append([]string{"netns", "exec", labNetns, tables, "-C"}, rule...)...) == nil {
+					if err := run(context.Background(), "ip", append([]string{"netns", "exec", labNetns, tables, "-D"}, rule...)...); err != nil {
+						errs = append(errs, err)
+						break
+					}
 				}
 			}
 		}
@@ -189,6 +216,17 @@ func setupClient(ctx context.Context, labNetns, clientNetns string) (cleanup fun
 	}
 	for _, rule := range forward {
 		steps = append(steps, append([]string{"ip", "netns", "exec", labNetns, "iptables", "-I"}, rule...))
+	}
+	if ipv6 {
+		steps = append(steps,
+			// No duplicate address detection: the pair's two ends are all
+			// that is on the link, and the tests start at once.
+			[]string{"ip", "-n", labNetns, "addr", "add", e2eLabAddr6 + e2ePrefix6, "dev", e2eLabVeth, "nodad"},
+			[]string{"ip", "-n", clientNetns, "addr", "add", e2eClientAddr6 + e2ePrefix6, "dev", e2eClientVeth, "nodad"},
+			[]string{"ip", "-n", clientNetns, "-6", "route", "add", "default", "via", e2eLabAddr6})
+		for _, rule := range forward {
+			steps = append(steps, append([]string{"ip", "netns", "exec", labNetns, "ip6tables", "-I"}, rule...))
+		}
 	}
 	for _, s := range steps {
 		if err := run(ctx, s[0], s[1:]...); err != nil {

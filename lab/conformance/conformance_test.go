@@ -187,12 +187,13 @@ func TestE2EDefaultSelection(t *testing.T) {
 
 // TestSetupE2EClient joins a client namespace to a stand-in for the lab's
 // namespace and checks that the client reaches an address on the lab's
-// side only while it is set up, and that cleanup leaves nothing behind.
+// side, of both families, only while it is set up, and that cleanup leaves
+// nothing behind.
 func TestSetupE2EClient(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, iptables)")
 	}
-	for _, prog := range []string{"iptables", "busybox"} {
+	for _, prog := range []string{"iptables", "ip6tables", "busybox"} {
 		if _, err := exec.LookPath(prog); err != nil {
 			t.Skipf("no %s (hack/install-deps.sh)", prog)
 		}
@@ -207,32 +208,37 @@ func TestSetupE2EClient(t *testing.T) {
 	for _, s := range [][]string{
 		{"ip", "-n", labNs, "link", "add", "br0", "type", "bridge"},
 		{"ip", "-n", labNs, "addr", "add", lab.Gateway + "/24", "dev", "br0"},
+		{"ip", "-n", labNs, "addr", "add", lab.Gateway6 + "/64", "dev", "br0", "nodad"},
 		{"ip", "-n", labNs, "link", "set", "br0", "up"},
 	} {
 		if err := run(ctx, s[0], s[1:]...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ping := func() error {
-		return run(ctx, "ip", "netns", "exec", clientNs, "busybox", "ping", "-c1", "-w10", lab.Gateway)
+	ping := func(addr string) error {
+		return run(ctx, "ip", "netns", "exec", clientNs, "busybox", "ping", "-c1", "-w10", addr)
 	}
-	cleanup, err := setupClient(ctx, labNs, clientNs)
+	cleanup, err := setupClient(ctx, labNs, clientNs, true)
 	if err != nil {
 		_ = cleanup()
 		t.Fatal(err)
 	}
-	if err := ping(); err != nil {
-		t.Errorf("client cannot reach the lab: %v", err)
+	for _, a := range []string{lab.Gateway, lab.Gateway6} {
+		if err := ping(a); err != nil {
+			t.Errorf("client cannot reach the lab at %s: %v", a, err)
+		}
 	}
 	rules := func() string {
 		out, _ := exec.Command("ip", "netns", "exec", labNs, "iptables", "-S", "FORWARD").CombinedOutput()
-		return string(out)
+		out6, _ := exec.Command("ip", "netns", "exec", labNs, "ip6tables", "-S", "FORWARD").CombinedOutput()
+		return string(out) + string(out6)
 	}
-	if !strings.Contains(rules(), "-i "+e2eLabVeth+" -j ACCEPT") {
-		t.Errorf("no forward rule for the client: %s", rules())
+	if r := rules(); strings.Count(r, "-i "+e2eLabVeth+" -j ACCEPT") != 2 {
+		t.Errorf("want a forward rule for the client in each family: %s", r)
 	}
-	// A second setup (after a crash) starts from scratch.
-	if cleanup, err = setupClient(ctx, labNs, clientNs); err != nil {
+	// A second setup (after a crash) starts from scratch; IPv4 only
+	// removes the IPv6 rules of the run before too.
+	if cleanup, err = setupClient(ctx, labNs, clientNs, false); err != nil {
 		t.Fatalf("second setup: %v", err)
 	}
 	if err := cleanup(); err != nil {
@@ -246,5 +252,31 @@ func TestSetupE2EClient(t *testing.T) {
 	}
 	if out, err := exec.Command("ip", "-n", labNs, "link", "show", e2eLabVeth).CombinedOutput(); err == nil {
 		t.Errorf("veth left behind: %s", out)
+	}
+}
+
+// Each family skips only the tests it cannot run.
+func TestSkipFor(t *testing.T) {
+	for _, tc := range []struct {
+		f       lab.IPFamily
+		skipped []string
+		run     []string
+	}{
+		{"", []string{"[Feature:IPv6DualStack] x", "x (IPv6)", "SCTP x"}, []string{"[Feature:LoadBalancer] x"}},
+		{lab.IPv4, []string{"[Feature:IPv6DualStack] x", "x (IPv6)"}, []string{"[Feature:LoadBalancer] x"}},
+		{lab.IPv6, []string{"[Feature:IPv6DualStack] x", "[Flaky] x"}, []string{"x (IPv6)", "[Feature:LoadBalancer] x"}},
+		{lab.DualStack, []string{"[Disruptive] x", "SCTP x"}, []string{"[Feature:IPv6DualStack] x", "x (IPv6)"}},
+	} {
+		re := regexp.MustCompile(SkipFor(tc.f))
+		for _, s := range tc.skipped {
+			if !re.MatchString(s) {
+				t.Errorf("%q: %q not skipped", tc.f, s)
+			}
+		}
+		for _, s := range tc.run {
+			if re.MatchString(s) {
+				t.Errorf("%q: %q skipped", tc.f, s)
+			}
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,12 +36,19 @@ type Options struct {
 	Address string
 	// Port of the API server (default: a free port).
 	Port int
-	// ClusterCIDR enables pod CIDR allocation in kube-controller-manager.
+	// ClusterCIDR enables pod CIDR allocation in kube-controller-manager:
+	// one CIDR, or one of each family separated by a comma (dual-stack).
 	ClusterCIDR string
-	// NodeCIDRMaskSize is the pod CIDR size per node (default 24).
+	// NodeCIDRMaskSize is the IPv4 pod CIDR size per node (default 24).
 	NodeCIDRMaskSize int
-	// ServiceCIDR is the cluster IP range (default 10.96.0.0/16).
+	// NodeCIDRMaskSizeIPv6 is the IPv6 pod CIDR size per node (default 64).
+	NodeCIDRMaskSizeIPv6 int
+	// ServiceCIDR is the cluster IP range (default 10.96.0.0/16), or one of
+	// each family separated by a comma, the primary family first.
 	ServiceCIDR string
+	// AltIPs are more addresses the API server's certificate is valid for
+	// (e.g. the bridge's address of the other family).
+	AltIPs []string
 	// Tokens are extra static bearer tokens (e.g. for lab nodes).
 	Tokens []Token
 	// ControllerManagerArgs are added to kube-controller-manager's flags.
@@ -88,6 +96,9 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	if opts.NodeCIDRMaskSize == 0 {
 		opts.NodeCIDRMaskSize = 24
+	}
+	if opts.NodeCIDRMaskSizeIPv6 == 0 {
+		opts.NodeCIDRMaskSizeIPv6 = 64
 	}
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(opts.Tools, b)); err != nil {
@@ -157,8 +168,20 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if err != nil {
 		return err
 	}
-	certPEM, keyPEM, err := ca.issue("kube-apiserver", nil,
-		[]net.IP{ip, net.ParseIP("127.0.0.1"), firstIP(cp.opts.ServiceCIDR)},
+	sans := []net.IP{ip, net.ParseIP("127.0.0.1")}
+	for _, c := range strings.Split(cp.opts.ServiceCIDR, ",") {
+		if first := firstIP(c); first != nil {
+			sans = append(sans, first)
+		}
+	}
+	for _, a := range cp.opts.AltIPs {
+		alt := net.ParseIP(a)
+		if alt == nil {
+			return fmt.Errorf("control plane alternative address %q is not an IP", a)
+		}
+		sans = append(sans, alt)
+	}
+	certPEM, keyPEM, err := ca.issue("kube-apiserver", nil, sans,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		x509.ExtKeyUsageServerAuth)
 	if err != nil {
@@ -204,7 +227,17 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if err := cp.WriteKubeconfig(cp.AdminKube, "labcloud-admin", admin); err != nil {
 		return err
 	}
-	args := []string{
+	p, err := cp.start(ctx, "kube-apiserver", append(cp.apiServerArgs(etcdURL, port), cp.opts.APIServerArgs...)...)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	return waitHTTP(ctx, p, cp.URL+"/readyz", &tls.Config{InsecureSkipVerify: true}, 60*time.Second) //nolint:gosec // readiness only, no credentials sent
+}
+
+// apiServerArgs are kube-apiserver's flags, the extra ones aside.
+func (cp *ControlPlane) apiServerArgs(etcdURL string, port int) []string {
+	return []string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", cp.opts.Address, "--advertise-address", cp.opts.Address,
 		"--secure-port", strconv.Itoa(port),
@@ -231,15 +264,24 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		"--proxy-client-key-file", cp.path("front-proxy-client.key"),
 		"--cert-dir", cp.path("certs"),
 	}
-	p, err := cp.start(ctx, "kube-apiserver", append(args, cp.opts.APIServerArgs...)...)
+}
+
+func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
+	args, err := cp.controllerManagerArgs()
+	if err != nil {
+		return err
+	}
+	p, err := cp.start(ctx, "kube-controller-manager", args...)
 	if err != nil {
 		return err
 	}
 	cp.procs = append(cp.procs, p)
-	return waitHTTP(ctx, p, cp.URL+"/readyz", &tls.Config{InsecureSkipVerify: true}, 60*time.Second) //nolint:gosec // readiness only, no credentials sent
+	return nil
 }
 
-func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
+// controllerManagerArgs are kube-controller-manager's flags, the extra
+// ones last.
+func (cp *ControlPlane) controllerManagerArgs() ([]string, error) {
 	args := []string{
 		"--kubeconfig", cp.AdminKube,
 		"--leader-elect=false",
@@ -253,16 +295,13 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 		"--controllers", "*",
 	}
 	if cp.opts.ClusterCIDR != "" {
-		args = append(args, "--allocate-node-cidrs", "--cluster-cidr", cp.opts.ClusterCIDR,
-			"--node-cidr-mask-size", strconv.Itoa(cp.opts.NodeCIDRMaskSize))
+		mask, err := NodeCIDRMaskArgs(cp.opts.ClusterCIDR, cp.opts.NodeCIDRMaskSize, cp.opts.NodeCIDRMaskSizeIPv6)
+		if err != nil {
+			return nil, err
+		}
+		args = append(append(args, "--allocate-node-cidrs", "--cluster-cidr", cp.opts.ClusterCIDR), mask...)
 	}
-	args = append(args, cp.opts.ControllerManagerArgs...)
-	p, err := cp.start(ctx, "kube-controller-manager", args...)
-	if err != nil {
-		return err
-	}
-	cp.procs = append(cp.procs, p)
-	return nil
+	return append(args, cp.opts.ControllerManagerArgs...), nil
 }
 
 func (cp *ControlPlane) startScheduler(ctx context.Context) error {
@@ -329,19 +368,39 @@ func freePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// firstIP is a Service CIDR's first address: the kubernetes Service's.
 func firstIP(cidr string) net.IP {
-	_, n, err := net.ParseCIDR(cidr)
+	p, err := netip.ParsePrefix(strings.TrimSpace(cidr))
 	if err != nil {
 		return nil
 	}
-	ip := n.IP.To4()
-	if ip == nil {
-		return nil
+	return net.IP(p.Masked().Addr().Next().AsSlice())
+}
+
+// NodeCIDRMaskArgs are kube-controller-manager's pod CIDR size flags for
+// clusterCIDR: --node-cidr-mask-size of the one family's size, or both
+// per-family flags for a dual-stack pair (kube-controller-manager refuses
+// --node-cidr-mask-size there).
+func NodeCIDRMaskArgs(clusterCIDR string, size4, size6 int) ([]string, error) {
+	var has4, has6 bool
+	for _, c := range strings.Split(clusterCIDR, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, fmt.Errorf("cluster CIDR %q: %w", c, err)
+		}
+		if p.Addr().Is4() {
+			has4 = true
+		} else {
+			has6 = true
+		}
 	}
-	out := make(net.IP, 4)
-	copy(out, ip)
-	out[3]++
-	return out
+	switch {
+	case has4 && has6:
+		return []string{"--node-cidr-mask-size-ipv4", strconv.Itoa(size4), "--node-cidr-mask-size-ipv6", strconv.Itoa(size6)}, nil
+	case has6:
+		return []string{"--node-cidr-mask-size", strconv.Itoa(size6)}, nil
+	}
+	return []string{"--node-cidr-mask-size", strconv.Itoa(size4)}, nil
 }
 
 var errNoTools = errors.New("control plane tools not found")

@@ -57,7 +57,7 @@ func withRoutes(bridge string, protocol netlink.RouteProtocol, f func(*netroutes
 	return nil
 }
 
-// PermanentNeighbours are the permanent IPv4 neighbour entries on bridge
+// PermanentNeighbours are the permanent neighbour entries (both families) on bridge
 // (the CCM's entries for VIPs): IP → MAC.
 func PermanentNeighbours(bridge string) map[string]string {
 	out := map[string]string{}
@@ -65,7 +65,7 @@ func PermanentNeighbours(bridge string) map[string]string {
 	if err != nil {
 		return out
 	}
-	neighs, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+	neighs, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_ALL)
 	if err != nil {
 		return out
 	}

@@ -51,8 +51,9 @@ type DiskOptions struct {
 }
 
 // DefaultHostPrograms are the Debian programs a node runs: runc for
-// containerd, and iptables (nft and legacy) for kube-proxy.
-var DefaultHostPrograms = []string{"/usr/sbin/runc", "/usr/sbin/xtables-nft-multi", "/usr/sbin/xtables-legacy-multi"}
+// containerd, iptables (nft and legacy) for kube-proxy, and dhcpcd for an
+// IPv6 address by DHCPv6 (busybox's udhcpc is IPv4 only in Debian's build).
+var DefaultHostPrograms = []string{"/usr/sbin/runc", "/usr/sbin/xtables-nft-multi", "/usr/sbin/xtables-legacy-multi", "/usr/sbin/dhcpcd"}
 
 // xtablesDir holds iptables' extensions, loaded at run time (not in ldd).
 const xtablesDir = "/usr/lib/x86_64-linux-gnu/xtables"
@@ -143,7 +144,8 @@ func diskFiles(ctx context.Context, opts DiskOptions) (map[string]diskFile, erro
 		files[l[0]] = diskFile{link: l[1]}
 	}
 	for _, d := range []string{"usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "dev", "proc", "sys", "run", "tmp", "root", "var/lib/kubelet", "var/log",
-		"etc/cni/net.d", "etc/kubernetes/pki", "var/lib/kube-proxy", "usr/local/bin"} {
+		"etc/cni/net.d", "etc/kubernetes/pki", "var/lib/kube-proxy", "usr/local/bin",
+		"usr/lib/dhcpcd"} { // dhcpcd's privilege-separated chroot
 		files[d] = diskFile{dir: true, mode: 0o755}
 	}
 	static := map[string]string{

@@ -6,8 +6,10 @@ package libvirtd
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -307,22 +309,111 @@ func Lock(ctx context.Context, waiting func()) (release func(), err error) {
 	}
 }
 
-// CreateNetwork starts a transient routed libvirt network with a bridge
-// and DHCP: gateway prefix.1/24, leases prefix.first-prefix.last. Its
-// dnsmasq serves no DNS: port 53 on the gateway is the cluster DNS's.
+// CreateNetwork starts a transient routed IPv4 libvirt network with a
+// bridge and DHCP: gateway prefix.1/24, leases prefix.first-prefix.last.
 func CreateNetwork(c *libvirt.Connect, name, bridge, prefix string, first, last int) error {
-	xml := fmt.Sprintf(`<network>
-  <name>%s</name>
-  <bridge name='%s' stp='off' delay='0'/>
-  <forward mode='route'/>
-  <dns enable='no'/>
-  <ip address='%s.1' netmask='255.255.255.0'>
-    <dhcp><range start='%s.%d' end='%s.%d'/></dhcp>
-  </ip>
-</network>`, name, bridge, prefix, prefix, first, prefix, last)
-	n, err := c.NetworkCreateXML(xml)
-	if err != nil {
-		return fmt.Errorf("create network %s: %w", name, err)
+	return Network{Name: name, Bridge: bridge, IPv4Prefix: prefix, DHCPFirst: first, DHCPLast: last}.Create(c)
+}
+
+// Network is a transient routed libvirt network with a bridge: IPv4 with
+// DHCP, and optionally IPv6 with router advertisements and DHCPv6. Its
+// dnsmasq serves no DNS: port 53 on the gateway is the cluster DNS's.
+type Network struct {
+	Name, Bridge string
+	// IPv4Prefix is the /24's first three octets: gateway IPv4Prefix.1,
+	// leases IPv4Prefix.DHCPFirst-IPv4Prefix.DHCPLast.
+	IPv4Prefix          string
+	DHCPFirst, DHCPLast int
+	IPv6                *IPv6Net
+}
+
+// IPv6Net is a network's IPv6 subnet: the bridge's address and prefix
+// length, the DHCPv6 range, and addresses pinned to DHCPv6 client IDs.
+// libvirt's dnsmasq advertises the prefix with the M flag (addresses by
+// DHCPv6, not SLAAC) and the bridge's link-local address as the router.
+type IPv6Net struct {
+	Address             string
+	Prefix              int
+	DHCPFirst, DHCPLast string
+	Hosts               []IPv6Host
+}
+
+// IPv6Host pins an address to a DHCPv6 client's DUID (hex bytes with colons).
+type IPv6Host struct {
+	DUID, IP string
+}
+
+// XML is the network's libvirt definition.
+func (n Network) XML() (string, error) {
+	type dhcpRange struct {
+		Start string `xml:"start,attr"`
+		End   string `xml:"end,attr"`
 	}
-	return n.Free()
+	type host struct {
+		ID string `xml:"id,attr"`
+		IP string `xml:"ip,attr"`
+	}
+	type dhcp struct {
+		Range dhcpRange `xml:"range"`
+		Hosts []host    `xml:"host"`
+	}
+	type ip struct {
+		Family  string `xml:"family,attr,omitempty"`
+		Address string `xml:"address,attr"`
+		Netmask string `xml:"netmask,attr,omitempty"`
+		Prefix  int    `xml:"prefix,attr,omitempty"`
+		DHCP    dhcp   `xml:"dhcp"`
+	}
+	type network struct {
+		XMLName xml.Name `xml:"network"`
+		Name    string   `xml:"name"`
+		Bridge  struct {
+			Name  string `xml:"name,attr"`
+			STP   string `xml:"stp,attr"`
+			Delay string `xml:"delay,attr"`
+		} `xml:"bridge"`
+		Forward struct {
+			Mode string `xml:"mode,attr"`
+		} `xml:"forward"`
+		DNS struct {
+			Enable string `xml:"enable,attr"`
+		} `xml:"dns"`
+		IPs []ip `xml:"ip"`
+	}
+	if n.Name == "" || n.Bridge == "" || n.IPv4Prefix == "" {
+		return "", fmt.Errorf("network %q: name, bridge and IPv4 prefix are required", n.Name)
+	}
+	out := network{Name: n.Name}
+	out.Bridge.Name, out.Bridge.STP, out.Bridge.Delay = n.Bridge, "off", "0"
+	out.Forward.Mode = "route"
+	out.DNS.Enable = "no"
+	p := n.IPv4Prefix
+	out.IPs = append(out.IPs, ip{Address: p + ".1", Netmask: "255.255.255.0",
+		DHCP: dhcp{Range: dhcpRange{fmt.Sprintf("%s.%d", p, n.DHCPFirst), fmt.Sprintf("%s.%d", p, n.DHCPLast)}}})
+	if v6 := n.IPv6; v6 != nil {
+		a, err := netip.ParseAddr(v6.Address)
+		if err != nil || !a.Is6() || v6.Prefix < 1 || v6.Prefix > 128 {
+			return "", fmt.Errorf("network %q: IPv6 address %q/%d: want an IPv6 address and a prefix length 1-128", n.Name, v6.Address, v6.Prefix)
+		}
+		x := ip{Family: "ipv6", Address: v6.Address, Prefix: v6.Prefix, DHCP: dhcp{Range: dhcpRange{v6.DHCPFirst, v6.DHCPLast}}}
+		for _, h := range v6.Hosts {
+			x.DHCP.Hosts = append(x.DHCP.Hosts, host{ID: h.DUID, IP: h.IP})
+		}
+		out.IPs = append(out.IPs, x)
+	}
+	b, err := xml.MarshalIndent(out, "", "  ")
+	return string(b), err
+}
+
+// Create starts the network.
+func (n Network) Create(c *libvirt.Connect) error {
+	x, err := n.XML()
+	if err != nil {
+		return err
+	}
+	net, err := c.NetworkCreateXML(x)
+	if err != nil {
+		return fmt.Errorf("create network %s: %w", n.Name, err)
+	}
+	return net.Free()
 }

@@ -1,0 +1,249 @@
+package lab
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	proxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"libvirt.org/go/libvirtxml"
+	"sigs.k8s.io/yaml"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+func TestParseIPFamily(t *testing.T) {
+	for _, s := range []string{"ipv4", "ipv6", "dual"} {
+		if f, err := ParseIPFamily(s); err != nil || string(f) != s {
+			t.Errorf("ParseIPFamily(%q) = %q, %v", s, f, err)
+		}
+	}
+	for _, s := range []string{"", "IPv6", "v6", "dual-stack", "ipv4,ipv6"} {
+		_, err := ParseIPFamily(s)
+		var fe *FlagError
+		if !errors.As(err, &fe) || fe.Flag != "--ip-family" || !strings.Contains(err.Error(), "ipv4, ipv6 or dual") {
+			t.Errorf("ParseIPFamily(%q) = %v, want a --ip-family error", s, err)
+		}
+	}
+	if IPFamily("").orIPv4() != IPv4 || IPFamily("").HasIPv6() {
+		t.Error("a state without a family must read as IPv4")
+	}
+}
+
+// What each family gives the cluster: the primary family first in every
+// list, and the API server on the primary family's bridge address.
+func TestAddressingPerFamily(t *testing.T) {
+	for _, tc := range []struct {
+		f                     IPFamily
+		api                   string
+		cluster, service, dns []string
+		gateways, pools       []string
+		apiURL                string
+	}{
+		{IPv4, Gateway, []string{"10.244.0.0/16"}, []string{"10.96.0.0/16"}, []string{"10.96.0.10"},
+			[]string{Gateway}, []string{VIPPool}, "https://10.123.0.1:6443"},
+		{IPv6, Gateway6, []string{"fd00:10:244::/56"}, []string{"fd00:10:96::/112"}, []string{"fd00:10:96::a"},
+			[]string{Gateway6}, []string{VIPPool6}, "https://[fd00:10:123::1]:6443"},
+		{DualStack, Gateway, []string{"10.244.0.0/16", "fd00:10:244::/56"}, []string{"10.96.0.0/16", "fd00:10:96::/112"},
+			[]string{"10.96.0.10", "fd00:10:96::a"}, []string{Gateway, Gateway6}, []string{VIPPool, VIPPool6}, "https://10.123.0.1:6443"},
+	} {
+		t.Run(string(tc.f), func(t *testing.T) {
+			a := tc.f.addressing()
+			var pools []string
+			for _, p := range a.pools {
+				pools = append(pools, p.Addresses...)
+			}
+			if a.apiAddress != tc.api || !slices.Equal(a.clusterCIDRs, tc.cluster) || !slices.Equal(a.serviceCIDRs, tc.service) ||
+				!slices.Equal(a.clusterDNS, tc.dns) || !slices.Equal(a.gateways, tc.gateways) || !slices.Equal(pools, tc.pools) {
+				t.Errorf("addressing = %+v", a)
+			}
+			if got := tc.f.apiServerURL(); got != tc.apiURL {
+				t.Errorf("API server URL %s, want %s", got, tc.apiURL)
+			}
+			// Every DNS address is in its Service range, every pool in the
+			// bridge's subnet of its family.
+			for i, d := range a.clusterDNS {
+				if !netip.MustParsePrefix(a.serviceCIDRs[i]).Contains(netip.MustParseAddr(d)) {
+					t.Errorf("cluster DNS %s outside %s", d, a.serviceCIDRs[i])
+				}
+			}
+			for _, p := range pools {
+				first := netip.MustParseAddr(strings.Split(p, "-")[0])
+				if !netip.MustParsePrefix(Subnet).Contains(first) && !netip.MustParsePrefix(Subnet6).Contains(first) {
+					t.Errorf("pool %s outside the bridge's subnets", p)
+				}
+			}
+		})
+	}
+}
+
+func TestNodeIPv6(t *testing.T) {
+	for i, want := range map[int]string{1: "fd00:10:123::101", 2: "fd00:10:123::102", 15: "fd00:10:123::10f", MaxNodes: "fd00:10:123::164"} {
+		if got := nodeIPv6(i); got != want {
+			t.Errorf("nodeIPv6(%d) = %s, want %s", i, got, want)
+		}
+		a := netip.MustParseAddr(nodeIPv6(i))
+		if a.Less(netip.MustParseAddr(dhcp6First)) || netip.MustParseAddr(dhcp6Last).Less(a) {
+			t.Errorf("node %d's %s outside the DHCPv6 range", i, a)
+		}
+	}
+	if got := nodeDUID(1); got != "00:03:00:01:52:54:00:7c:00:01" {
+		t.Errorf("nodeDUID(1) = %s", got)
+	}
+}
+
+// The lab's network for each family, read back as libvirt reads it.
+func TestNetworkXMLPerFamily(t *testing.T) {
+	for _, f := range IPFamilies {
+		t.Run(string(f), func(t *testing.T) {
+			x, err := f.network().XML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n libvirtxml.Network
+			if err := n.Unmarshal(x); err != nil {
+				t.Fatalf("%v\n%s", err, x)
+			}
+			if n.Name != NetworkName || n.Bridge == nil || n.Bridge.Name != Bridge || n.Forward == nil || n.Forward.Mode != "route" ||
+				n.DNS == nil || n.DNS.Enable != "no" {
+				t.Errorf("network %s", x)
+			}
+			want := 1
+			if f.HasIPv6() {
+				want = 2
+			}
+			if len(n.IPs) != want {
+				t.Fatalf("%d <ip> elements, want %d:\n%s", len(n.IPs), want, x)
+			}
+			v4 := n.IPs[0]
+			if v4.Family != "" || v4.Address != Gateway || v4.Netmask != "255.255.255.0" || v4.DHCP == nil ||
+				v4.DHCP.Ranges[0].Start != "10.123.0.100" || v4.DHCP.Ranges[0].End != "10.123.0.199" {
+				t.Errorf("IPv4 <ip> %+v", v4)
+			}
+			if !f.HasIPv6() {
+				return
+			}
+			v6 := n.IPs[1]
+			if v6.Family != "ipv6" || v6.Address != Gateway6 || v6.Prefix != 64 || v6.DHCP == nil ||
+				v6.DHCP.Ranges[0].Start != dhcp6First || v6.DHCP.Ranges[0].End != dhcp6Last {
+				t.Errorf("IPv6 <ip> %+v", v6)
+			}
+			if len(v6.DHCP.Hosts) != MaxNodes || v6.DHCP.Hosts[0].ID != nodeDUID(1) || v6.DHCP.Hosts[0].IP != nodeIPv6(1) {
+				t.Errorf("IPv6 hosts: %d, first %+v", len(v6.DHCP.Hosts), v6.DHCP.Hosts[0])
+			}
+		})
+	}
+}
+
+// The node's files for each family: the family for lab-init, kube-dns's
+// addresses for the kubelet, the pod ranges for kube-proxy.
+func TestNodeFilesPerFamily(t *testing.T) {
+	for _, f := range IPFamilies {
+		t.Run(string(f), func(t *testing.T) {
+			files, err := nodeFiles(nodeIdentity{Name: "lab-node-1", APIServer: f.apiServerURL(), CAPEM: []byte("ca"),
+				KubeletToken: "k", ProxyToken: "p", IPFamily: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			byPath := map[string][]byte{}
+			for _, nf := range files {
+				byPath[nf.Path] = nf.Data
+			}
+			if got := string(byPath[ipFamilyPath]); got != string(f)+"\n" {
+				t.Errorf("%s = %q", ipFamilyPath, got)
+			}
+			var kc kubeletv1beta1.KubeletConfiguration
+			if err := yaml.Unmarshal(byPath[kubeletConfigPath], &kc); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(kc.ClusterDNS, f.addressing().clusterDNS) {
+				t.Errorf("kubelet clusterDNS %v, want %v", kc.ClusterDNS, f.addressing().clusterDNS)
+			}
+			var pc proxyv1alpha1.KubeProxyConfiguration
+			if err := yaml.Unmarshal(byPath[proxyConfigPath], &pc); err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.Join(f.addressing().clusterCIDRs, ","); pc.ClusterCIDR != want {
+				t.Errorf("kube-proxy clusterCIDR %q, want %q", pc.ClusterCIDR, want)
+			}
+			if !strings.Contains(string(byPath[kubeletKubeconfig]), f.apiServerURL()) {
+				t.Errorf("kubelet kubeconfig does not name %s", f.apiServerURL())
+			}
+		})
+	}
+}
+
+// CoreDNS binds the bridge's address of each family; kube-dns has a
+// cluster IP and an EndpointSlice of each.
+func TestDNSPerFamily(t *testing.T) {
+	for _, f := range IPFamilies {
+		t.Run(string(f), func(t *testing.T) {
+			a := f.addressing()
+			if c := corefile("/kc", f); !strings.Contains(c, "bind "+strings.Join(a.gateways, " ")+"\n") {
+				t.Errorf("Corefile binds otherwise:\n%s", c)
+			}
+			svc := kubeDNS(f)
+			if svc.Spec.ClusterIP != a.clusterDNS[0] || !slices.Equal(svc.Spec.ClusterIPs, a.clusterDNS) {
+				t.Errorf("kube-dns cluster IPs %s %v", svc.Spec.ClusterIP, svc.Spec.ClusterIPs)
+			}
+			if dual := svc.Spec.IPFamilyPolicy != nil && *svc.Spec.IPFamilyPolicy == v1.IPFamilyPolicyRequireDualStack; dual != (f == DualStack) {
+				t.Errorf("kube-dns ipFamilyPolicy %v", svc.Spec.IPFamilyPolicy)
+			}
+			eps := kubeDNSEndpoints(f)
+			if len(eps) != len(a.gateways) {
+				t.Fatalf("%d EndpointSlices, want %d", len(eps), len(a.gateways))
+			}
+			for i, s := range eps {
+				typ := discoveryv1.AddressTypeIPv4
+				if netip.MustParseAddr(a.gateways[i]).Is6() {
+					typ = discoveryv1.AddressTypeIPv6
+				}
+				if s.AddressType != typ || s.Endpoints[0].Addresses[0] != a.gateways[i] {
+					t.Errorf("slice %s: %s %v", s.Name, s.AddressType, s.Endpoints[0].Addresses)
+				}
+			}
+		})
+	}
+}
+
+// The CCM runs as shipped but with the lab's pod ranges: it routes only
+// pod CIDRs inside --cluster-cidr.
+func TestCCMClusterCIDRPerFamily(t *testing.T) {
+	shipped := []string{"--cloud-provider=libvirt", "--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16", "--configure-cloud-routes=true"}
+	for f, want := range map[IPFamily]string{IPv4: "10.244.0.0/16", IPv6: "fd00:10:244::/56", DualStack: "10.244.0.0/16,fd00:10:244::/56"} {
+		got := withClusterCIDR(shipped, strings.Join(f.addressing().clusterCIDRs, ","))
+		if len(got) != len(shipped) || got[2] != "--cluster-cidr="+want || got[0] != shipped[0] || got[3] != shipped[3] {
+			t.Errorf("%s: %v", f, got)
+		}
+	}
+	if shipped[2] != "--cluster-cidr=10.244.0.0/16" {
+		t.Error("withClusterCIDR changed its argument")
+	}
+}
+
+// HostnameAt takes a VIP of either family (port 80) or host:port.
+func TestHostnameAtBothFamilies(t *testing.T) {
+	for _, network := range []string{"tcp4", "tcp6"} {
+		l, err := net.Listen(network, map[string]string{"tcp4": "127.0.0.1:0", "tcp6": "[::1]:0"}[network])
+		if err != nil {
+			t.Skipf("%s loopback: %v", network, err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pod-" + network)) })}
+		go func() { _ = srv.Serve(l) }()
+		if got := HostnameAt(l.Addr().String(), time.Second); got != "pod-"+network {
+			t.Errorf("HostnameAt(%s) = %q", l.Addr(), got)
+		}
+		_ = srv.Close()
+	}
+	// A bare IPv6 VIP means port 80 in brackets, not a malformed URL.
+	if got := HostnameAt("::1", 200*time.Millisecond); got != "" {
+		t.Errorf("HostnameAt(::1) = %q with nothing on port 80", got)
+	}
+}
