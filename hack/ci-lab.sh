@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The lab for a CI job: what action.yml runs, and what .ci/run exercises.
 #   ci-lab.sh up     installs what is missing, builds (cached by version in
-#                    LABCLOUD_CACHE), brings a lab of LABCLOUD_NODES up and waits
+#                    LABCLOUD_CACHE), brings a lab of LABCLOUD_NODES and
+#                    LABCLOUD_IP_FAMILY (ipv4, ipv6 or dual) up and waits
 #                    up to LABCLOUD_WAIT; writes the host kubeconfig to
 #                    LABCLOUD_KUBECONFIG and, under GitHub Actions, exports
 #                    KUBECONFIG and kubectl's directory to the later steps.
@@ -10,10 +11,11 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then
-  exec sudo --preserve-env=RUNNER_TEMP,LABCLOUD_NODES,LABCLOUD_WAIT,LABCLOUD_KUBERNETES,LABCLOUD_CACHE,LABCLOUD_KUBECONFIG,LABCLOUD_LOGS,LABCLOUD_ACCEL,GITHUB_ENV,GITHUB_PATH,PATH "$0" "$@"
+  exec sudo --preserve-env=RUNNER_TEMP,LABCLOUD_NODES,LABCLOUD_IP_FAMILY,LABCLOUD_WAIT,LABCLOUD_KUBERNETES,LABCLOUD_CACHE,LABCLOUD_KUBECONFIG,LABCLOUD_LOGS,LABCLOUD_ACCEL,GITHUB_ENV,GITHUB_PATH,PATH "$0" "$@"
 fi
 export PATH=/usr/local/go/bin:$PATH
 nodes=${LABCLOUD_NODES:-2}
+family=${LABCLOUD_IP_FAMILY:-ipv4}
 wait=${LABCLOUD_WAIT:-10m}
 kubeconfig=${LABCLOUD_KUBECONFIG:-${RUNNER_TEMP:-/tmp}/labcloud.kubeconfig}
 logs=${LABCLOUD_LOGS:-${RUNNER_TEMP:-/tmp}/labcloud-logs}
@@ -38,7 +40,7 @@ up() {
   kvm_for_all
   hack/install-deps.sh
   make build tools
-  "$lc" up --nodes "$nodes" --wait "$wait"
+  "$lc" up --nodes "$nodes" --ip-family "$family" --wait "$wait"
   "$lc" kubeconfig >"$kubeconfig"
   chmod 0644 "$kubeconfig"
   tools=$(hack/build-tools.sh | tail -1)

@@ -36,7 +36,11 @@ func hostNeighbour(ip netip.Addr) net.HardwareAddr {
 	if err != nil {
 		return nil
 	}
-	neighs, _ := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+	family := netlink.FAMILY_V4
+	if ip.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	neighs, _ := netlink.NeighList(link.Attrs().Index, family)
 	for _, n := range neighs {
 		if n.IP.Equal(ip.AsSlice()) && n.State&netlink.NUD_PERMANENT != 0 {
 			return n.HardwareAddr

@@ -166,7 +166,11 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 		env.virt.Close()
 	}()
 	env.network, env.bridge = "lce2e", "lce2ebr0"
-	if err := libvirtd.CreateNetwork(env.virt, env.network, env.bridge, "10.88.0", 100, 250); err != nil {
+	// Dual-stack, as the lab can be: IPv6 VIPs need a segment that carries
+	// IPv6 (libvirt disables it on a bridge of an IPv4-only network).
+	network := libvirtd.Network{Name: env.network, Bridge: env.bridge, IPv4Prefix: "10.88.0", DHCPFirst: 100, DHCPLast: 250,
+		IPv6: &libvirtd.IPv6Net{Address: "fd88::1", Prefix: 64, DHCPFirst: "fd88::100", DHCPLast: "fd88::1ff"}}
+	if err := network.Create(env.virt); err != nil {
 		return 0, err
 	}
 	defer func() { // stops its dnsmasq; runs before destroyAllDomains above
@@ -186,6 +190,7 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 		Tools:         tools,
 		Dir:           cpDir,
 		ClusterCIDR:   "10.244.0.0/16",
+		ServiceCIDR:   "10.96.0.0/16,fd00:96::/108", // RequireDualStack Services need both
 		APIServerArgs: []string{"--audit-policy-file", policy, "--audit-log-path", env.auditLog},
 	})
 	if err != nil {
