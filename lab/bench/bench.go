@@ -76,9 +76,10 @@ type FailoverRun struct {
 	Seconds *float64 `json:"seconds"`
 	// LibvirtEventSeconds: libvirt reports the domain stopped.
 	LibvirtEventSeconds *float64 `json:"libvirtEventSeconds"`
-	// GARPSeconds: first gratuitous ARP for the VIP naming another node's
-	// MAC on the bridge; GARPAfterEventSeconds the same from the libvirt
-	// event: the CCM's own reaction time.
+	// GARPSeconds: first announcement of the VIP naming another node's MAC
+	// on the bridge (gratuitous ARP; for an IPv6 VIP an unsolicited
+	// Neighbor Advertisement); GARPAfterEventSeconds the same from the
+	// libvirt event: the CCM's own reaction time.
 	GARPSeconds           *float64 `json:"garpSeconds"`
 	GARPAfterEventSeconds *float64 `json:"garpAfterEventSeconds"`
 	// NeighbourSeconds: the host's neighbour entry for the VIP names

@@ -13,14 +13,16 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // The bench's failover figures come from what the bridge carries, not from
-// the CCM's log: a raw packet socket on the bridge sees every gratuitous
-// ARP the announcer sends for a VIP (the socket takes all protocols, since
+// the CCM's log: a raw packet socket on the bridge sees every announcement
+// the announcer sends for a VIP, gratuitous ARP for IPv4 and unsolicited
+// Neighbor Advertisements for IPv6 (the socket takes all protocols, since
 // the kernel hands frames a host sends only to such sockets), and a netlink
 // subscription sees every change of the host's neighbour entry for it.
 // Both are stamped when they reach this process.
@@ -31,9 +33,11 @@ type wireSeen struct {
 	MAC net.HardwareAddr
 }
 
-// wireWatch records, for one VIP on one bridge, the gratuitous ARPs (request
-// or reply form: sender and target address are both the VIP) and the
-// neighbour entry updates, in the network namespace it was opened in.
+// wireWatch records, for one VIP on one bridge, its announcements (for
+// IPv4 a gratuitous ARP, request or reply form: sender and target address
+// are both the VIP; for IPv6 an unsolicited Neighbor Advertisement with the
+// override flag) and the neighbour entry updates, in the network namespace
+// it was opened in.
 type wireWatch struct {
 	vip netip.Addr
 
@@ -98,27 +102,43 @@ func (w *wireWatch) capture() {
 			}
 			return
 		}
-		if p, ok := gratuitousFor(buf[:n], w.vip); ok {
-			w.record(&w.garps, wireSeen{At: at, MAC: bytes.Clone(p.SenderHardwareAddr)})
+		if mac, ok := announcementFor(buf[:n], w.vip); ok {
+			w.record(&w.garps, wireSeen{At: at, MAC: mac})
 		}
 	}
 }
 
-// gratuitousFor parses an Ethernet frame and reports whether it is a
-// gratuitous ARP (request or reply) announcing vip.
-func gratuitousFor(frame []byte, vip netip.Addr) (*arp.Packet, bool) {
+// announcementFor parses an Ethernet frame and reports whether it announces
+// vip, and the MAC it names.
+func announcementFor(frame []byte, vip netip.Addr) (net.HardwareAddr, bool) {
 	var f ethernet.Frame
-	if err := f.UnmarshalBinary(frame); err != nil || f.EtherType != ethernet.EtherTypeARP {
+	if err := f.UnmarshalBinary(frame); err != nil {
 		return nil, false
 	}
-	var p arp.Packet
-	if err := p.UnmarshalBinary(f.Payload); err != nil {
-		return nil, false
+	switch f.EtherType {
+	case ethernet.EtherTypeARP:
+		var p arp.Packet
+		if err := p.UnmarshalBinary(f.Payload); err != nil || p.SenderIP != vip || p.TargetIP != vip {
+			return nil, false
+		}
+		return p.SenderHardwareAddr, true
+	case ethernet.EtherTypeIPv6:
+		const ipv6Header = 40
+		if len(f.Payload) < ipv6Header || f.Payload[6] != unix.IPPROTO_ICMPV6 {
+			return nil, false
+		}
+		m, err := ndp.ParseMessage(f.Payload[ipv6Header:])
+		na, ok := m.(*ndp.NeighborAdvertisement)
+		if err != nil || !ok || na.Solicited || !na.Override || na.TargetAddress != vip {
+			return nil, false
+		}
+		for _, o := range na.Options {
+			if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target {
+				return lla.Addr, true
+			}
+		}
 	}
-	if p.SenderIP != vip || p.TargetIP != vip {
-		return nil, false
-	}
-	return &p, true
+	return nil, false
 }
 
 func (w *wireWatch) record(list *[]wireSeen, s wireSeen) {

@@ -10,8 +10,10 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/labcloud/labcloud/internal/nstest"
 	"github.com/labcloud/labcloud/lb/announce"
@@ -35,9 +37,12 @@ func wireWatchSeesTheAnnouncer(t *testing.T, ns netns.NsHandle) {
 	if err := netlink.LinkAdd(br); err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := netlink.ParseAddr("10.78.0.1/24")
-	if err := netlink.AddrAdd(br, addr); err != nil {
-		t.Fatal(err)
+	for _, a := range []string{"10.78.0.1/24", "fd78::1/64"} {
+		addr, _ := netlink.ParseAddr(a)
+		addr.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(br, addr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// A port that is up gives the bridge its carrier.
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "lcbw-port"}, PeerName: "lcbw-peer"}
@@ -82,7 +87,16 @@ func wireWatchSeesTheAnnouncer(t *testing.T, ns netns.NsHandle) {
 		a.Close()
 	}()
 
-	vip, other := netip.MustParseAddr("10.78.0.100"), netip.MustParseAddr("10.78.0.101")
+	// Not subtests: they would run on threads outside the namespace.
+	for _, vips := range [][2]string{{"10.78.0.100", "10.78.0.101"}, {"fd78::100", "fd78::101"}} {
+		watchSeesMoves(t, a, bridge, netip.MustParseAddr(vips[0]), netip.MustParseAddr(vips[1]))
+	}
+}
+
+// watchSeesMoves announces vip via one MAC and moves it to another while
+// the wire is watched for it, and another VIP alongside.
+func watchSeesMoves(t *testing.T, a *announce.Announcer, bridge string, vip, other netip.Addr) {
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
 	node1, node2, node3 := mac("02:78:00:00:01:01"), mac("02:78:00:00:01:02"), mac("02:78:00:00:01:03")
 	w, err := watchWire(bridge, vip)
 	if err != nil {
@@ -113,14 +127,14 @@ func wireWatchSeesTheAnnouncer(t *testing.T, ns netns.NsHandle) {
 	if err := a.Set(vip, node1); err != nil {
 		t.Fatal(err)
 	}
-	check("gratuitous ARP for the new VIP", first, nil, node1, w.firstGARP)
+	check("announcement of the new VIP", first, nil, node1, w.firstGARP)
 	check("neighbour entry for the new VIP", first, nil, node1, w.firstNeighbour)
 	if err := a.Set(other, node3); err != nil { // another VIP: not this watch's
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
 	if s, ok := w.firstGARP(first, node1); ok {
-		t.Fatalf("before the move, a gratuitous ARP naming %s at %s", s.MAC, s.At)
+		t.Fatalf("before the move, an announcement naming %s at %s", s.MAC, s.At)
 	}
 	if s, ok := w.firstNeighbour(first, node1); ok {
 		t.Fatalf("before the move, a neighbour update naming %s at %s", s.MAC, s.At)
@@ -130,7 +144,7 @@ func wireWatchSeesTheAnnouncer(t *testing.T, ns netns.NsHandle) {
 	if err := a.Set(vip, node2); err != nil {
 		t.Fatal(err)
 	}
-	check("gratuitous ARP after the move", moved, node1, node2, w.firstGARP)
+	check("announcement after the move", moved, node1, node2, w.firstGARP)
 	check("neighbour entry after the move", moved, node1, node2, w.firstNeighbour)
 	garps, neighs := w.seen()
 	for _, s := range append(garps, neighs...) {
@@ -156,13 +170,20 @@ func waitOperUp(t *testing.T, name string) {
 	}
 }
 
-// gratuitousFor accepts both forms of a gratuitous ARP for the VIP and
-// nothing else.
-func TestGratuitousFor(t *testing.T) {
-	vip := netip.MustParseAddr("10.0.0.100")
+// announcementFor accepts both forms of a gratuitous ARP for the VIP, and an
+// unsolicited override advertisement for an IPv6 VIP, and nothing else.
+func TestAnnouncementFor(t *testing.T) {
+	vip, vip6 := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("fd00::100")
 	node, _ := net.ParseMAC("02:00:00:00:00:01")
 	client, _ := net.ParseMAC("02:00:00:00:00:02")
 	bcast := ethernet.Broadcast
+	eth := func(et ethernet.EtherType, payload []byte) []byte {
+		b, err := (&ethernet.Frame{Destination: bcast, Source: node, EtherType: et, Payload: payload}).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
 	frame := func(op arp.Operation, sip, tip netip.Addr, tha net.HardwareAddr, et ethernet.EtherType) []byte {
 		p, err := arp.NewPacket(op, node, sip, tha, tip)
 		if err != nil {
@@ -172,34 +193,45 @@ func TestGratuitousFor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &ethernet.Frame{Destination: bcast, Source: node, EtherType: et, Payload: pb}
-		b, err := f.MarshalBinary()
+		return eth(et, pb)
+	}
+	na := func(target netip.Addr, solicited, override bool) []byte {
+		m := &ndp.NeighborAdvertisement{Solicited: solicited, Override: override, TargetAddress: target,
+			Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: node}}}
+		icmp, err := ndp.MarshalMessageChecksum(m, target, netip.MustParseAddr("ff02::1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b
+		ip := make([]byte, 40, 40+len(icmp))
+		ip[0], ip[5], ip[6], ip[7] = 6<<4, byte(len(icmp)), unix.IPPROTO_ICMPV6, 255
+		return eth(ethernet.EtherTypeIPv6, append(ip, icmp...))
 	}
 	clientIP := netip.MustParseAddr("10.0.0.5")
 	for _, tc := range []struct {
 		name  string
 		frame []byte
+		vip   netip.Addr
 		want  bool
 	}{
-		{"request form", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), true},
-		{"reply form", frame(arp.OperationReply, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), true},
-		{"an answer to a client", frame(arp.OperationReply, vip, clientIP, client, ethernet.EtherTypeARP), false},
-		{"a client asking", frame(arp.OperationRequest, clientIP, vip, ethernet.Broadcast, ethernet.EtherTypeARP), false},
-		{"another VIP", frame(arp.OperationRequest, clientIP, clientIP, ethernet.Broadcast, ethernet.EtherTypeARP), false},
-		{"not ARP", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeIPv4), false},
-		{"truncated", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP)[:20], false},
+		{"request form", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), vip, true},
+		{"reply form", frame(arp.OperationReply, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), vip, true},
+		{"an answer to a client", frame(arp.OperationReply, vip, clientIP, client, ethernet.EtherTypeARP), vip, false},
+		{"a client asking", frame(arp.OperationRequest, clientIP, vip, ethernet.Broadcast, ethernet.EtherTypeARP), vip, false},
+		{"another VIP", frame(arp.OperationRequest, clientIP, clientIP, ethernet.Broadcast, ethernet.EtherTypeARP), vip, false},
+		{"not ARP", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeIPv4), vip, false},
+		{"truncated", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP)[:20], vip, false},
+		{"unsolicited advertisement", na(vip6, false, true), vip6, true},
+		{"solicited answer", na(vip6, true, true), vip6, false},
+		{"advertisement without override", na(vip6, false, false), vip6, false},
+		{"advertisement of another VIP", na(vip6.Next(), false, true), vip6, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, got := gratuitousFor(tc.frame, vip)
+			mac, got := announcementFor(tc.frame, tc.vip)
 			if got != tc.want {
-				t.Fatalf("gratuitous = %v, want %v", got, tc.want)
+				t.Fatalf("announcement = %v, want %v", got, tc.want)
 			}
-			if got && p.SenderHardwareAddr.String() != node.String() {
-				t.Errorf("sender %s, want %s", p.SenderHardwareAddr, node)
+			if got && mac.String() != node.String() {
+				t.Errorf("names %s, want %s", mac, node)
 			}
 		})
 	}
