@@ -41,16 +41,24 @@ const DefaultSkip = `IPv6|DualStack|SCTP|\[Flaky\]|\[Disruptive\]`
 
 // SkipFor is the default skip for a lab of the family: DefaultSkip on
 // IPv4; an IPv6 lab runs the IPv6 tests, a dual-stack lab the dual-stack
-// ones too.
+// ones too. An IPv6 lab also skips the tests in ipv6Broken.
 func SkipFor(f lab.IPFamily) string {
 	switch f {
 	case lab.IPv6:
-		return `DualStack|SCTP|\[Flaky\]|\[Disruptive\]`
+		return `DualStack|SCTP|\[Flaky\]|\[Disruptive\]|` + ipv6Broken
 	case lab.DualStack:
 		return `SCTP|\[Flaky\]|\[Disruptive\]`
 	}
 	return DefaultSkip
 }
+
+// ipv6Broken are the upstream tests that cannot pass on an IPv6 cluster
+// (v1.36.3): "should work from pods" reads the client's address from
+// agnhost's "[addr]:port" by cutting at the first colon
+// (loadbalancer.go:1280), so it compares "[fd00" with the pod's IP; "source
+// ranges" hands the bare IPv6 VIP to wget (service.go:4479), which reads
+// fd00:10:123::200 as ftp://fd00/10:123::200 and fails to resolve "fd00".
+const ipv6Broken = `ExternalTrafficPolicy: Local .*should work from pods|should only allow access from service loadbalancer source ranges`
 
 // Options choose what `labcloud e2e` runs and where it writes.
 type Options struct {

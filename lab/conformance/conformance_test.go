@@ -264,7 +264,9 @@ func TestSkipFor(t *testing.T) {
 	}{
 		{"", []string{"[Feature:IPv6DualStack] x", "x (IPv6)", "SCTP x"}, []string{"[Feature:LoadBalancer] x"}},
 		{lab.IPv4, []string{"[Feature:IPv6DualStack] x", "x (IPv6)"}, []string{"[Feature:LoadBalancer] x"}},
-		{lab.IPv6, []string{"[Feature:IPv6DualStack] x", "[Flaky] x"}, []string{"x (IPv6)", "[Feature:LoadBalancer] x"}},
+		{lab.IPv6, []string{"[Feature:IPv6DualStack] x", "[Flaky] x", "[sig-network] LoadBalancers ExternalTrafficPolicy: Local [Feature:LoadBalancer] [Slow] should work from pods",
+			"[sig-network] LoadBalancers [Feature:LoadBalancer] should only allow access from service loadbalancer source ranges [Slow]"},
+			[]string{"x (IPv6)", "[Feature:LoadBalancer] x", "[sig-network] LoadBalancers ExternalTrafficPolicy: Local [Feature:LoadBalancer] should work for type=LoadBalancer"}},
 		{lab.DualStack, []string{"[Disruptive] x", "SCTP x"}, []string{"[Feature:IPv6DualStack] x", "x (IPv6)"}},
 	} {
 		re := regexp.MustCompile(SkipFor(tc.f))
