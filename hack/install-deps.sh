@@ -9,7 +9,7 @@ packages=(
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-config-network libvirt-clients
   qemu-system-x86 dnsmasq-base iptables iproute2 kmod tini
   busybox-static linux-image-cloud-amd64 runc e2fsprogs dhcpcd-base
-  curl wget netcat-openbsd ca-certificates bc procps
+  curl wget netcat-openbsd iputils-ping ca-certificates bc procps
   mmdebstrap systemd-container
 )
 missing=()

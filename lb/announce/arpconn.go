@@ -13,18 +13,21 @@ import (
 // insists on an IPv4 address on the bridge, which an IPv6-only bridge
 // does not have and nothing here needs.
 type arpConn struct {
-	pc  *packet.Conn
-	buf [128]byte // only the reader uses it
+	pc *packet.Conn
 }
 
+// Read returns a packet and frame of their own: both point into the buffer
+// they were read into, and a request kept for a hand-over outlives the
+// next Read.
 func (c *arpConn) Read() (*arp.Packet, *ethernet.Frame, error) {
 	for {
-		n, _, err := c.pc.ReadFrom(c.buf[:])
+		buf := make([]byte, 128)
+		n, _, err := c.pc.ReadFrom(buf)
 		if err != nil {
 			return nil, nil, err
 		}
 		var f ethernet.Frame
-		if err := f.UnmarshalBinary(c.buf[:n]); err != nil || f.EtherType != ethernet.EtherTypeARP {
+		if err := f.UnmarshalBinary(buf[:n]); err != nil || f.EtherType != ethernet.EtherTypeARP {
 			continue
 		}
 		p := new(arp.Packet)
