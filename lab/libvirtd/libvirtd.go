@@ -309,12 +309,6 @@ func Lock(ctx context.Context, waiting func()) (release func(), err error) {
 	}
 }
 
-// CreateNetwork starts a transient routed IPv4 libvirt network with a
-// bridge and DHCP: gateway prefix.1/24, leases prefix.first-prefix.last.
-func CreateNetwork(c *libvirt.Connect, name, bridge, prefix string, first, last int) error {
-	return Network{Name: name, Bridge: bridge, IPv4Prefix: prefix, DHCPFirst: first, DHCPLast: last}.Create(c)
-}
-
 // Network is a transient routed libvirt network with a bridge: IPv4 with
 // DHCP, and optionally IPv6 with router advertisements and DHCPv6. Its
 // dnsmasq serves no DNS: port 53 on the gateway is the cluster DNS's.

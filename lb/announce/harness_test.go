@@ -111,18 +111,21 @@ func loopbackInterface(tb testing.TB, name string, mac net.HardwareAddr) *net.In
 	return &ifi
 }
 
+// listenLoopback is one end of a segment.
+func listenLoopback(tb testing.TB) *net.UDPConn {
+	tb.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatalf("listen UDP: %v", err)
+	}
+	return c
+}
+
 // segmentPair returns two *arp.Client joined by UDP loopback: one for the
 // announcer (on "the bridge") and one for a station on the same segment.
 func segmentPair(tb testing.TB) (bridge, station *arp.Client, stationRx *rxTime) {
 	tb.Helper()
-	listen := func() *net.UDPConn {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			tb.Fatalf("listen UDP: %v", err)
-		}
-		return c
-	}
-	a, b := listen(), listen()
+	a, b := listenLoopback(tb), listenLoopback(tb)
 	bc, err := arp.New(loopbackInterface(tb, "br-test", bridgeMAC), udpSegment{a, b.LocalAddr(), nil})
 	if err != nil {
 		tb.Fatalf("arp client: %v", err)
@@ -159,14 +162,7 @@ func (c *ndSegment) SetPromiscuous(on bool) error {
 // for neighbour-discovery frames.
 func ndPair(tb testing.TB) (bridge *ndSegment, station udpSegment) {
 	tb.Helper()
-	listen := func() *net.UDPConn {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			tb.Fatalf("listen UDP: %v", err)
-		}
-		return c
-	}
-	a, b := listen(), listen()
+	a, b := listenLoopback(tb), listenLoopback(tb)
 	tb.Cleanup(func() { b.Close() })
 	return &ndSegment{udpSegment: udpSegment{a, b.LocalAddr(), nil}}, udpSegment{b, a.LocalAddr(), nil}
 }

@@ -15,16 +15,24 @@ import (
 // The IPv6 tests run on the same namespaces as the ARP ones; the client's
 // kernel does the resolving, as any host on the segment would.
 
-// TestNetnsIPv6ClientReachesChosenNode: the client's kernel resolves the IPv6
-// VIP to the chosen node and reaches it; so does the host.
-func TestNetnsIPv6ClientReachesChosenNode(t *testing.T) {
+// newIPv6Lab is a lab whose client reaches node1 through the IPv6 VIP, over
+// the socket it returns.
+func newIPv6Lab(t *testing.T) (*lab, *net.UDPConn) {
+	t.Helper()
 	l := newLab(t, labOptions())
 	l.startEchoServers()
 	c := l.udpSocket(l.client, nil)
-	l.check(l.a.Set(labVIP6, labNodeMAC[0]), "Set")
+	l.check(l.a.Set(labVIP6, labNodeMAC[0]), "Set node1")
 	if got := reachVIP(t, c, labVIP6); got != "node1" {
 		t.Fatalf("client reached %q, want node1", got)
 	}
+	return l, c
+}
+
+// TestNetnsIPv6ClientReachesChosenNode: the client's kernel resolves the IPv6
+// VIP to the chosen node and reaches it; so does the host.
+func TestNetnsIPv6ClientReachesChosenNode(t *testing.T) {
+	l, _ := newIPv6Lab(t)
 	n, ok := neighbour(t, l.client, "eth0", labVIP6)
 	if !ok || !bytes.Equal(n.HardwareAddr, labNodeMAC[0]) {
 		t.Fatalf("client neighbour entry %+v, want %s", n, labNodeMAC[0])
@@ -44,13 +52,7 @@ func TestNetnsIPv6ClientReachesChosenNode(t *testing.T) {
 // TestNetnsIPv6Move: a move is advertised, and the client's kernel takes the
 // new MAC from the unsolicited advertisement, without asking.
 func TestNetnsIPv6Move(t *testing.T) {
-	l := newLab(t, labOptions())
-	l.startEchoServers()
-	c := l.udpSocket(l.client, nil)
-	l.check(l.a.Set(labVIP6, labNodeMAC[0]), "Set node1")
-	if got := reachVIP(t, c, labVIP6); got != "node1" {
-		t.Fatalf("client reached %q, want node1", got)
-	}
+	l, c := newIPv6Lab(t)
 	if _, ok := waitFor(3*time.Second, func() bool { return l.a.Stats().Advertisements >= 3 }); !ok {
 		t.Fatalf("node1's burst: %d advertisements", l.a.Stats().Advertisements)
 	}
@@ -80,13 +82,7 @@ func TestNetnsIPv6Move(t *testing.T) {
 // is not on its eth0); the announcer hears it on the bridge and answers,
 // so the entry turns reachable instead of failing.
 func TestNetnsIPv6UnicastProbe(t *testing.T) {
-	l := newLab(t, labOptions())
-	l.startEchoServers()
-	c := l.udpSocket(l.client, nil)
-	l.check(l.a.Set(labVIP6, labNodeMAC[0]), "Set")
-	if got := reachVIP(t, c, labVIP6); got != "node1" {
-		t.Fatalf("client reached %q, want node1", got)
-	}
+	l, c := newIPv6Lab(t)
 	eth0, err := l.client.h.LinkByName("eth0")
 	l.check(err, "client eth0")
 	// Let the client probe at once rather than after the 5 s delay.
