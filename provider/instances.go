@@ -132,10 +132,11 @@ func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*clou
 //
 // Order: --node-ip first, as the kubelet gave them (the node controller
 // puts them first anyway, so the list it writes is ours); then the primary
-// family (that of the first --node-ip, else of the Node's first
-// InternalIP, else IPv4), then the other. Without --node-ip Kubernetes
-// takes a Node's first InternalIP as its primary address, so the Node
-// keeps the primary family it registered with.
+// family (that of the first --node-ip, else of the Node's first InternalIP
+// once it has both families, else IPv4), then the other. Without --node-ip
+// Kubernetes takes a Node's first InternalIP as its primary address, so a
+// dual-stack Node keeps its order; an IPv6-primary cluster names its
+// family with --node-ip.
 func nodeAddresses(node *v1.Node, d libvirtcloud.Domain, ips []netip.Addr) []v1.NodeAddress {
 	if len(ips) == 0 && hasIP(node.Status.Addresses) {
 		return slices.Clone(node.Status.Addresses)
@@ -162,7 +163,10 @@ func nodeAddresses(node *v1.Node, d libvirtcloud.Domain, ips []netip.Addr) []v1.
 	switch {
 	case len(provided) > 0:
 		primary4 = provided[0].Is4()
-	case len(current) > 0:
+	case bothFamilies(current):
+		// A settled dual-stack order stays. A Node that had one family
+		// only got it from whichever lease came first, which says
+		// nothing of the cluster's primary family.
 		primary4 = current[0].Is4()
 	}
 	rank := func(a netip.Addr) int {
@@ -215,6 +219,10 @@ func missingNodeIPs(node *v1.Node, addrs []v1.NodeAddress) []netip.Addr {
 		}
 	}
 	return out
+}
+
+func bothFamilies(addrs []netip.Addr) bool {
+	return slices.ContainsFunc(addrs, netip.Addr.Is4) && slices.ContainsFunc(addrs, netip.Addr.Is6)
 }
 
 func appendNew(addrs []netip.Addr, a netip.Addr) []netip.Addr {

@@ -64,8 +64,13 @@ func TestNodeAddressesDualStack(t *testing.T) {
 		ips:  addrList("10.77.0.11", "fd00:77::11"),
 		want: nodeAddrs("InternalIP=10.77.0.11", "InternalIP=fd00:77::11", "Hostname=node-a"),
 	}, {
-		name: "dual stack, no --node-ip, the Node registered with IPv6: IPv6 stays primary",
+		name: "dual stack, no --node-ip, the Node's IPv6 lease came first: IPv4 first once both are known",
 		node: node("a", withInternalIP("fd00:77::11")),
+		ips:  addrList("10.77.0.11", "fd00:77::11"),
+		want: nodeAddrs("InternalIP=10.77.0.11", "InternalIP=fd00:77::11", "Hostname=node-a"),
+	}, {
+		name: "dual stack, no --node-ip, the Node is IPv6 first already: its order stays",
+		node: node("a", withInternalIP("fd00:77::11"), withInternalIP("10.77.0.11")),
 		ips:  addrList("10.77.0.11", "fd00:77::11"),
 		want: nodeAddrs("InternalIP=fd00:77::11", "InternalIP=10.77.0.11", "Hostname=node-a"),
 	}, {

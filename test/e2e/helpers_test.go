@@ -106,7 +106,8 @@ func destroyAllDomains(c *libvirt.Connect) {
 	}
 }
 
-// waitLease waits until the network's DHCP server leased an address to mac.
+// waitLease waits until the network's DHCP server leased an IPv4 address
+// to mac (the network leases IPv6 addresses too).
 func waitLease(t testing.TB, mac string) string {
 	t.Helper()
 	var ip string
@@ -121,7 +122,7 @@ func waitLease(t testing.TB, mac string) string {
 			return false, err
 		}
 		for _, l := range leases {
-			if strings.EqualFold(l.Mac, mac) {
+			if strings.EqualFold(l.Mac, mac) && l.Type == libvirt.IP_ADDR_TYPE_IPV4 {
 				ip = l.IPaddr
 				return true, nil
 			}
