@@ -87,7 +87,9 @@ func (a *Announcer) SetAfter(vip netip.Addr, mac net.HardwareAddr, cause time.Ti
 	if moved := !ok || !bytes.Equal(old.mac, mac); moved {
 		a.change(func(t vipTable) { t[vip] = &choice{mac: mac, rounds: a.opts.Count, cause: cause} })
 		a.wake()
-		groupErr = a.syncGroups()
+		if vip.Is6() {
+			groupErr = a.syncGroups() // an IPv4 VIP changes no group
+		}
 	} else if a.neighOK[vip] {
 		return nil // a repeat
 	}
@@ -103,7 +105,9 @@ func (a *Announcer) Remove(vip netip.Addr) error {
 	var groupErr error
 	if _, ok := a.table()[vip]; ok {
 		a.change(func(t vipTable) { delete(t, vip) })
-		groupErr = a.syncGroups()
+		if vip.Is6() {
+			groupErr = a.syncGroups()
+		}
 	}
 	delete(a.neighOK, vip)
 	if !vip.IsValid() {
