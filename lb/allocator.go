@@ -545,6 +545,17 @@ func (a *Allocator) VIPs() []VIP {
 	return out
 }
 
+// Holders returns the keys of the Services holding ip, as VIPs does.
+func (a *Allocator) Holders(ip netip.Addr) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, len(a.byIP[ip]))
+	for i, h := range a.byIP[ip] {
+		out[i] = h.key
+	}
+	return out
+}
+
 // Claim marks a held address as verified free on the wire; false if no
 // one holds it (it was released meanwhile).
 func (a *Allocator) Claim(ip netip.Addr) bool {

@@ -15,18 +15,13 @@ import (
 // calls it once l leads: it must not block, and the recorder does not.
 func (l *loadBalancer) vipDefended(vip netip.Addr, from net.HardwareAddr) {
 	services := l.place.services
-	for _, v := range l.alloc.VIPs() {
-		if v.IP != vip {
+	for _, k := range l.alloc.Holders(vip) {
+		ns, name, _ := strings.Cut(k, "/")
+		svc, err := services.Services(ns).Get(name)
+		if err != nil {
 			continue
 		}
-		for _, k := range v.Holders {
-			ns, name, _ := strings.Cut(k, "/")
-			svc, err := services.Services(ns).Get(name)
-			if err != nil {
-				continue
-			}
-			l.recorder.Eventf(svc, v1.EventTypeWarning, ReasonConflict,
-				"The host with MAC %s probed for %s on %s (IPv6 duplicate-address detection); the VIP was defended, so that host cannot use it: remove the address there", from, vip, l.bridge)
-		}
+		l.recorder.Eventf(svc, v1.EventTypeWarning, ReasonConflict,
+			"The host with MAC %s probed for %s on %s (IPv6 duplicate-address detection); the VIP was defended, so that host cannot use it: remove the address there", from, vip, l.bridge)
 	}
 }
