@@ -156,6 +156,18 @@ var (
 		Help:           "Netlink writes of owned pod-CIDR routes attempted, by operation (add, replace, delete).",
 		StabilityLevel: k8smetrics.ALPHA,
 	}, []string{"op"})
+	// BGPSessionUp is 1 while the session with a peer is established.
+	BGPSessionUp = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
+		Namespace: namespace, Subsystem: "bgp", Name: "session_up",
+		Help:           "1 while the BGP session with the peer is established, else 0.",
+		StabilityLevel: k8smetrics.ALPHA,
+	}, []string{"peer"})
+	// BGPAnnouncedRoutes is the number of routes the speaker announces.
+	BGPAnnouncedRoutes = k8smetrics.NewGauge(&k8smetrics.GaugeOpts{
+		Namespace: namespace, Subsystem: "bgp", Name: "announced_routes",
+		Help:           "Routes (pod CIDRs) the BGP speaker announces to every peer.",
+		StabilityLevel: k8smetrics.ALPHA,
+	})
 	// BuildInfo is 1, labelled with the build.
 	BuildInfo = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
@@ -174,7 +186,7 @@ func Register() {
 			PoolAddresses, PoolAddressesInUse, Allocations, Releases, IPConflicts,
 			VIPMoves, FailoverSeconds, PlacementPassSeconds, ARPReplies, NDPReplies, VIPsDefended,
 			LibvirtReconnects, LibvirtCallSeconds, LibvirtDomains, LibvirtUnparsableDomains,
-			RouteWrites, BuildInfo,
+			RouteWrites, BGPSessionUp, BGPAnnouncedRoutes, BuildInfo,
 		)
 		BuildInfo.WithLabelValues(version.Get(), runtime.Version()).Set(1)
 	})

@@ -3,8 +3,11 @@
 package nstest
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -54,4 +57,44 @@ func InNew(t testing.TB, f func(ns netns.NsHandle)) {
 		}
 	}()
 	f(ns)
+}
+
+// Named makes a network namespace /run/netns/NAME-<pid> that processes can
+// enter ("ip netns exec"), with its loopback up, deleted when the test
+// ends. It skips the test when not run as root.
+func Named(t testing.TB, name string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces")
+	}
+	ns := fmt.Sprintf("%s-%d", name, os.Getpid())
+	_ = exec.Command("ip", "netns", "del", ns).Run()
+	IP(t, "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	IP(t, "-n", ns, "link", "set", "lo", "up")
+	return ns
+}
+
+// IP runs ip(8) with args and fails the test if it fails.
+func IP(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// Link joins two named namespaces with a veth pair, each end up with its
+// addresses (CIDR notation).
+func Link(t testing.TB, nsA, ifA string, addrsA []string, nsB, ifB string, addrsB []string) {
+	t.Helper()
+	IP(t, "link", "add", ifA, "netns", nsA, "type", "veth", "peer", "name", ifB, "netns", nsB)
+	for _, end := range []struct {
+		ns, dev string
+		addrs   []string
+	}{{nsA, ifA, addrsA}, {nsB, ifB, addrsB}} {
+		for _, a := range end.addrs {
+			IP(t, "-n", end.ns, "addr", "add", a, "dev", end.dev, "nodad")
+		}
+		IP(t, "-n", end.ns, "link", "set", end.dev, "up")
+	}
 }

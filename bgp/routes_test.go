@@ -1,0 +1,94 @@
+package bgp
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func route(prefix, hop string) Route {
+	return Route{netip.MustParsePrefix(prefix), netip.MustParseAddr(hop)}
+}
+
+func TestDiffRoutes(t *testing.T) {
+	announced := map[netip.Prefix]netip.Addr{
+		netip.MustParsePrefix("10.244.1.0/24"): netip.MustParseAddr("10.0.0.11"),
+		netip.MustParsePrefix("10.244.2.0/24"): netip.MustParseAddr("10.0.0.12"),
+		netip.MustParsePrefix("10.244.3.0/24"): netip.MustParseAddr("10.0.0.13"),
+	}
+	for _, tc := range []struct {
+		name         string
+		desired      []Route
+		wantAnnounce []Route
+		wantWithdraw []string
+	}{
+		{"unchanged", []Route{route("10.244.1.0/24", "10.0.0.11"), route("10.244.2.0/24", "10.0.0.12"), route("10.244.3.0/24", "10.0.0.13")}, nil, nil},
+		{"next hop moved", []Route{route("10.244.1.0/24", "10.0.0.99"), route("10.244.2.0/24", "10.0.0.12"), route("10.244.3.0/24", "10.0.0.13")},
+			[]Route{route("10.244.1.0/24", "10.0.0.99")}, nil},
+		{"node gone, node new", []Route{route("10.244.1.0/24", "10.0.0.11"), route("10.244.3.0/24", "10.0.0.13"), route("fd00:244:4::/64", "fd00::14")},
+			[]Route{route("fd00:244:4::/64", "fd00::14")}, []string{"10.244.2.0/24"}},
+		{"everything withdrawn", nil, nil, []string{"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := diffRoutes(announced, tc.desired)
+			var withdraw []string
+			for _, p := range d.withdraw {
+				withdraw = append(withdraw, p.String())
+			}
+			if !reflect.DeepEqual(d.announce, tc.wantAnnounce) || !reflect.DeepEqual(withdraw, tc.wantWithdraw) {
+				t.Errorf("diff = announce %v withdraw %v, want announce %v withdraw %v", d.announce, withdraw, tc.wantAnnounce, tc.wantWithdraw)
+			}
+		})
+	}
+}
+
+func TestNormalizeRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		routes []Route
+		want   string
+	}{
+		{[]Route{route("10.244.1.0/24", "fd00::1")}, "different families"},
+		{[]Route{route("10.244.1.7/24", "10.0.0.1")}, "host bits"},
+		{[]Route{route("10.244.1.0/24", "127.0.0.1")}, "unicast"},
+		{[]Route{route("10.244.1.0/24", "fe80::1")}, "unicast"},
+		{[]Route{{Prefix: netip.MustParsePrefix("10.244.1.0/24")}}, "unicast"},
+		{[]Route{route("10.244.1.0/24", "10.0.0.1"), route("10.244.1.0/24", "10.0.0.2")}, "two next hops"},
+	} {
+		if _, err := normalize(tc.routes); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("normalize(%v) = %v, want an error saying %q", tc.routes, err, tc.want)
+		}
+	}
+	got, err := normalize([]Route{route("10.244.2.0/24", "10.0.0.2"), route("10.244.1.0/24", "10.0.0.1"), route("10.244.2.0/24", "10.0.0.2")})
+	if err != nil || !reflect.DeepEqual(got, []Route{route("10.244.1.0/24", "10.0.0.1"), route("10.244.2.0/24", "10.0.0.2")}) {
+		t.Errorf("normalize of a repeated route = %v, %v; want it once, sorted", got, err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	good := Options{ASN: 64513, RouterID: netip.MustParseAddr("10.0.0.1"),
+		Peers: []Peer{{Address: netip.MustParseAddr("10.0.0.254"), ASN: 64512}}}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good options: %v", err)
+	}
+	for _, tc := range []struct {
+		change func(*Options)
+		want   string
+	}{
+		{func(o *Options) { o.ASN = 0 }, "asn: required"},
+		{func(o *Options) { o.RouterID = netip.MustParseAddr("fd00::1") }, "routerID"},
+		{func(o *Options) { o.Peers = nil }, "peers: at least one"},
+		{func(o *Options) { o.Peers = append(o.Peers, o.Peers[0]) }, "peers[1].address: 10.0.0.254 is also peers[0]"},
+		{func(o *Options) { o.Peers[0].ASN = 0 }, "peers[0].asn"},
+		{func(o *Options) { o.Peers[0].HoldTime = time.Second }, "peers[0].holdTime"},
+		{func(o *Options) { o.RestartTime = 2 * time.Hour }, "restartTime"},
+	} {
+		o := good
+		o.Peers = append([]Peer(nil), good.Peers...)
+		tc.change(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate() = %v, want an error saying %q", err, tc.want)
+		}
+	}
+}

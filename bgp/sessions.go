@@ -1,0 +1,146 @@
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+
+	"github.com/labcloud/labcloud/metrics"
+)
+
+// Session is one peer's state as the speaker sees it.
+type Session struct {
+	Peer netip.Addr
+	ASN  uint32
+	// State is the BGP FSM state: "idle", "connect", "active",
+	// "opensent", "openconfirm" or "established".
+	State string
+	// Since is when the session was last established (zero if never).
+	Since time.Time
+	// Announced is how many routes were sent to the peer.
+	Announced uint64
+	// BFD is the BFD session's state ("up", "down", "init",
+	// "admin_down"), empty without BFD.
+	BFD string
+}
+
+// Established reports whether the session is up.
+func (s Session) Established() bool { return s.State == "established" }
+
+// Sessions lists every peer's session, by address.
+func (s *Speaker) Sessions(ctx context.Context) ([]Session, error) {
+	var out []Session
+	err := s.server.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
+		addr, _ := netip.ParseAddr(p.GetConf().GetNeighborAddress())
+		sess := Session{Peer: addr, ASN: p.GetConf().GetPeerAsn(), State: sessionState(p.GetState().GetSessionState())}
+		if up := p.GetTimers().GetState().GetUptime(); up != nil && sess.Established() {
+			sess.Since = up.AsTime()
+		}
+		for _, f := range p.GetAfiSafis() {
+			sess.Announced += f.GetState().GetAdvertised()
+		}
+		if b := p.GetState().GetBfdState(); b != nil && p.GetBfd().GetEnabled() {
+			sess.BFD = bfdState(b.GetSessionState())
+		}
+		out = append(out, sess)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list BGP sessions: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Session) int { return a.Peer.Compare(b.Peer) })
+	return out, nil
+}
+
+// watchSessions logs each session's changes and keeps
+// labcloud_bgp_session_up current.
+func (s *Speaker) watchSessions(ctx context.Context) error {
+	wasUp := map[netip.Addr]bool{} // only the watcher's goroutine uses it
+	err := s.server.WatchEvent(ctx, server.WatchEventMessageCallbacks{
+		OnPeerUpdate: func(e *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+			if e.Type != apiutil.PEER_EVENT_STATE {
+				return
+			}
+			st := e.Peer.State
+			up := st.SessionState == gobgp.BGP_FSM_ESTABLISHED
+			peer := st.NeighborAddress.String()
+			metrics.BGPSessionUp.WithLabelValues(peer).Set(boolGauge(up))
+			was := wasUp[st.NeighborAddress]
+			wasUp[st.NeighborAddress] = up
+			switch {
+			case up && !was:
+				s.log.Info("BGP session established", "peer", peer, "peerASN", st.PeerASN)
+			case !up && was:
+				s.log.Info("BGP session down", "peer", peer, "state", fsmState(st.SessionState),
+					"reason", st.DisconnectReason.String(), "message", st.DisconnectMessage)
+			}
+		},
+	}, server.WatchPeer())
+	if err != nil {
+		return fmt.Errorf("watch BGP sessions: %w", err)
+	}
+	return nil
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func fsmState(s gobgp.FSMState) string {
+	switch s {
+	case gobgp.BGP_FSM_IDLE:
+		return "idle"
+	case gobgp.BGP_FSM_CONNECT:
+		return "connect"
+	case gobgp.BGP_FSM_ACTIVE:
+		return "active"
+	case gobgp.BGP_FSM_OPENSENT:
+		return "opensent"
+	case gobgp.BGP_FSM_OPENCONFIRM:
+		return "openconfirm"
+	case gobgp.BGP_FSM_ESTABLISHED:
+		return "established"
+	}
+	return "unknown"
+}
+
+func sessionState(s api.PeerState_SessionState) string {
+	switch s {
+	case api.PeerState_SESSION_STATE_IDLE:
+		return "idle"
+	case api.PeerState_SESSION_STATE_CONNECT:
+		return "connect"
+	case api.PeerState_SESSION_STATE_ACTIVE:
+		return "active"
+	case api.PeerState_SESSION_STATE_OPENSENT:
+		return "opensent"
+	case api.PeerState_SESSION_STATE_OPENCONFIRM:
+		return "openconfirm"
+	case api.PeerState_SESSION_STATE_ESTABLISHED:
+		return "established"
+	}
+	return "unknown"
+}
+
+func bfdState(s api.BfdSessionState) string {
+	switch s {
+	case api.BfdSessionState_BFD_SESSION_STATE_UP:
+		return "up"
+	case api.BfdSessionState_BFD_SESSION_STATE_DOWN:
+		return "down"
+	case api.BfdSessionState_BFD_SESSION_STATE_INIT:
+		return "init"
+	case api.BfdSessionState_BFD_SESSION_STATE_ADMIN_DOWN:
+		return "admin_down"
+	}
+	return "unknown"
+}

@@ -1,0 +1,276 @@
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/metrics"
+)
+
+// Speaker announces a set of routes to its peers. Announce replaces the
+// whole set; peers are connected only after the first Announce, so that
+// a restarted speaker's first update already holds every route and the
+// peers' stale copies are replaced, not withdrawn and added again.
+type Speaker struct {
+	opts   Options
+	server *server.BgpServer
+	log    logr.Logger
+
+	mu        sync.Mutex // serializes Announce and Stop; guards the fields below
+	announced map[netip.Prefix]netip.Addr
+	peered    bool
+	stopped   bool
+}
+
+// Start runs a speaker. It stops when Stop is called, not when ctx ends:
+// how it stops (gracefully or not) is the caller's choice.
+func Start(ctx context.Context, opts Options) (*Speaker, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.RestartTime == 0 {
+		opts.RestartTime = defaultRestartTime
+	}
+	log := klog.FromContext(ctx).WithName("bgp")
+	// GoBGP's own lines only from warnings up: watchSessions logs the
+	// session changes.
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelWarn)
+	handler := minLevel{Handler: logr.ToSlogHandler(log), min: level}
+	s := &Speaker{
+		opts:      opts,
+		server:    server.NewBgpServer(server.LoggerOption(slog.New(handler), level)),
+		log:       log,
+		announced: map[netip.Prefix]netip.Addr{},
+	}
+	go s.server.Serve()
+	err := s.server.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn:        opts.ASN,
+		RouterId:   opts.RouterID.String(),
+		ListenPort: -1, // connect out only: no privileged port, no collisions
+	}})
+	if err != nil {
+		s.server.Stop()
+		return nil, fmt.Errorf("start BGP speaker: %w", err)
+	}
+	if err := s.watchSessions(ctx); err != nil {
+		s.server.Stop()
+		return nil, err
+	}
+	metrics.BGPAnnouncedRoutes.Set(0)
+	return s, nil
+}
+
+// Announce makes the announced routes exactly routes: new ones are
+// announced, changed next hops replace the old, and the rest withdrawn.
+// A bad route refuses the whole set, naming the route.
+func (s *Speaker) Announce(routes []Route) error {
+	routes, err := normalize(routes)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("BGP speaker stopped")
+	}
+	d := diffRoutes(s.announced, routes)
+	if len(d.announce) > 0 {
+		paths := make([]*apiutil.Path, 0, len(d.announce))
+		for _, r := range d.announce {
+			p, err := s.path(r)
+			if err != nil {
+				return err
+			}
+			paths = append(paths, p)
+		}
+		if _, err := s.server.AddPath(apiutil.AddPathRequest{Paths: paths}); err != nil {
+			return fmt.Errorf("announce %d routes: %w", len(paths), err)
+		}
+		for _, r := range d.announce {
+			s.announced[r.Prefix] = r.NextHop
+		}
+	}
+	if len(d.withdraw) > 0 {
+		paths := make([]*apiutil.Path, 0, len(d.withdraw))
+		for _, p := range d.withdraw {
+			path, err := s.path(Route{Prefix: p, NextHop: s.announced[p]})
+			if err != nil {
+				return err
+			}
+			paths = append(paths, path)
+		}
+		if err := s.server.DeletePath(apiutil.DeletePathRequest{Paths: paths}); err != nil {
+			return fmt.Errorf("withdraw %d routes: %w", len(paths), err)
+		}
+		for _, p := range d.withdraw {
+			delete(s.announced, p)
+		}
+	}
+	metrics.BGPAnnouncedRoutes.Set(float64(len(s.announced)))
+	if len(d.announce)+len(d.withdraw) > 0 {
+		s.log.V(2).Info("Routes changed", "announced", len(d.announce), "withdrawn", len(d.withdraw), "total", len(s.announced))
+	}
+	if !s.peered {
+		if err := s.addPeers(); err != nil {
+			return err
+		}
+		s.peered = true
+	}
+	return nil
+}
+
+// Stop ends every session. Gracefully, peers keep this speaker's routes
+// for the restart time (no NOTIFICATION is sent), which is how a restart
+// loses none; the process is then expected to exit, as GoBGP's BFD
+// listener stays open. Otherwise peers are told and drop the routes.
+func (s *Speaker) Stop(gracefully bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	if gracefully {
+		if err := s.server.StopBgp(context.Background(), &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
+			s.log.Error(err, "Could not stop the BGP speaker gracefully")
+		}
+	} else {
+		s.server.Stop()
+	}
+	for _, p := range s.opts.Peers {
+		metrics.BGPSessionUp.DeleteLabelValues(p.Address.String())
+	}
+}
+
+// path is the GoBGP path for r, with the configured attributes.
+func (s *Speaker) path(r Route) (*apiutil.Path, error) {
+	nlri, err := gobgp.NewIPAddrPrefix(r.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: %w", r, err)
+	}
+	attrs := []gobgp.PathAttributeInterface{gobgp.NewPathAttributeOrigin(gobgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
+	family := gobgp.RF_IPv4_UC
+	if r.Prefix.Addr().Is4() {
+		hop, err := gobgp.NewPathAttributeNextHop(r.NextHop)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: %w", r, err)
+		}
+		attrs = append(attrs, hop)
+	} else {
+		family = gobgp.RF_IPv6_UC
+		reach, err := gobgp.NewPathAttributeMpReachNLRI(family, []gobgp.PathNLRI{{NLRI: nlri}}, r.NextHop)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: %w", r, err)
+		}
+		attrs = append(attrs, reach)
+	}
+	if len(s.opts.Communities) > 0 {
+		attrs = append(attrs, gobgp.NewPathAttributeCommunities(s.opts.Communities))
+	}
+	if s.opts.LocalPreference != 0 {
+		// GoBGP sends LOCAL_PREF to internal peers only.
+		attrs = append(attrs, gobgp.NewPathAttributeLocalPref(s.opts.LocalPreference))
+	}
+	return &apiutil.Path{Family: family, Nlri: nlri, Attrs: attrs}, nil
+}
+
+// addPeers configures every peer with graceful restart for both
+// families: the restart flag and each family's forwarding flag are set
+// on every start, because the forwarding state (the nodes) outlives this
+// process, so peers keep the previous session's routes until this one
+// has sent its own.
+func (s *Speaker) addPeers() error {
+	for _, p := range s.opts.Peers {
+		if err := s.server.AddPeer(context.Background(), &api.AddPeerRequest{Peer: s.peerConfig(p)}); err != nil {
+			return fmt.Errorf("add BGP peer %s: %w", p.Address, err)
+		}
+		metrics.BGPSessionUp.WithLabelValues(p.Address.String()).Set(0)
+	}
+	return nil
+}
+
+func (s *Speaker) peerConfig(p Peer) *api.Peer {
+	restart := uint32(s.opts.RestartTime / time.Second)
+	families := make([]*api.AfiSafi, 0, 2)
+	for _, afi := range []api.Family_Afi{api.Family_AFI_IP, api.Family_AFI_IP6} {
+		families = append(families, &api.AfiSafi{
+			Config:            &api.AfiSafiConfig{Family: &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true},
+			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
+		})
+	}
+	c := &api.Peer{
+		Conf: &api.PeerConf{NeighborAddress: p.Address.String(), PeerAsn: p.ASN, AuthPassword: p.Password},
+		GracefulRestart: &api.GracefulRestart{
+			Enabled: true, RestartTime: restart, NotificationEnabled: true,
+			LocalRestarting: true, DeferralTime: deferralTime,
+		},
+		AfiSafis: families,
+		Timers:   &api.Timers{Config: &api.TimersConfig{ConnectRetry: connectRetry, IdleHoldTimeAfterReset: idleAfterReset}},
+	}
+	if p.Port != 0 {
+		c.Transport = &api.Transport{RemotePort: uint32(p.Port)}
+	}
+	if p.HoldTime != 0 {
+		c.Timers.Config.HoldTime = uint64(p.HoldTime / time.Second)
+		c.Timers.Config.KeepaliveInterval = uint64(p.HoldTime / time.Second / 3)
+	}
+	if p.EBGPMultihop != 0 {
+		c.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(p.EBGPMultihop)}
+	}
+	if p.BFD {
+		c.Bfd = &api.BfdPeerConfig{
+			Enabled:                  true,
+			DesiredMinimumTxInterval: uint32(bfdInterval / time.Microsecond),
+			RequiredMinimumReceive:   uint32(bfdInterval / time.Microsecond),
+			DetectionMultiplier:      bfdDetectMultiplier,
+		}
+	}
+	return c
+}
+
+const (
+	// connectRetry is the wait between connection attempts (seconds;
+	// GoBGP's default is 120, which would leave a router that restarts
+	// without our routes for two minutes).
+	connectRetry = 2
+	// idleAfterReset is the wait before reconnecting after a reset
+	// (seconds; GoBGP's default is 30). A BFD flap resets the session:
+	// FRR 8.4's bgpd replaces its BFD session once BGP is up, and GoBGP
+	// takes the old session's AdminDown as the peer going down.
+	idleAfterReset = 1
+	// deferralTime bounds how long a restarted speaker waits for its
+	// peers' End-of-RIB before it sends its own routes (seconds).
+	deferralTime = 5
+)
+
+// minLevel drops records below min, which logr's handler would pass on
+// by its own verbosity instead.
+type minLevel struct {
+	slog.Handler
+	min slog.Leveler
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min.Level() && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(attrs), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}

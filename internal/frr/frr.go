@@ -1,0 +1,284 @@
+// Package frr runs FRR (zebra, bfdd, bgpd from Debian's frr package) as a
+// BGP router inside a named network namespace, with its sockets, logs and
+// configuration in a directory of its own, and asks it questions through
+// vtysh. Tests and the lab use it as the LAN router the CCM peers with.
+package frr
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Daemons is where Debian installs FRR's daemons.
+const Daemons = "/usr/lib/frr"
+
+// Available says why FRR cannot run here, or nil.
+func Available() error {
+	for _, d := range []string{"zebra", "bfdd", "bgpd"} {
+		if _, err := os.Stat(filepath.Join(Daemons, d)); err != nil {
+			return fmt.Errorf("FRR's %s is missing (apt-get install frr): %w", d, err)
+		}
+	}
+	if _, err := exec.LookPath("vtysh"); err != nil {
+		return fmt.Errorf("vtysh is missing (apt-get install frr): %w", err)
+	}
+	if _, err := user.Lookup("frr"); err != nil {
+		return fmt.Errorf("no frr user (apt-get install frr): %w", err)
+	}
+	return nil
+}
+
+// Neighbor is one BGP peer of the router.
+type Neighbor struct {
+	Address netip.Addr
+	ASN     uint32
+	// BFD runs BFD with the peer at 300 ms × 3.
+	BFD bool
+	// Password for TCP MD5 signatures.
+	Password string
+}
+
+// Config is the router's BGP configuration.
+type Config struct {
+	ASN       uint32
+	RouterID  netip.Addr
+	Neighbors []Neighbor
+}
+
+// Files are the router's configuration, one file per daemon: each
+// daemon reads only its own commands, and another daemon's block would
+// end its configuration early.
+func (c Config) Files() map[string]string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "router bgp %d\n bgp router-id %s\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n", c.ASN, c.RouterID)
+	for _, n := range c.Neighbors {
+		fmt.Fprintf(&b, " neighbor %s remote-as %d\n neighbor %s timers connect 1\n", n.Address, n.ASN, n.Address)
+		if n.BFD {
+			fmt.Fprintf(&b, " neighbor %s bfd profile labcloud\n", n.Address)
+		}
+		if n.Password != "" {
+			fmt.Fprintf(&b, " neighbor %s password %s\n", n.Address, n.Password)
+		}
+	}
+	for _, fam := range []string{"ipv4", "ipv6"} {
+		fmt.Fprintf(&b, " address-family %s unicast\n", fam)
+		for _, n := range c.Neighbors {
+			fmt.Fprintf(&b, "  neighbor %s activate\n", n.Address)
+		}
+		b.WriteString(" exit-address-family\n")
+	}
+	b.WriteString("exit\n")
+	return map[string]string{
+		"zebra": "hostname labcloud-router\n",
+		"bfdd":  "bfd\n profile labcloud\n  receive-interval 300\n  transmit-interval 300\n  detect-multiplier 3\n exit\nexit\n",
+		"bgpd":  "frr defaults traditional\n" + b.String(),
+	}
+}
+
+// Router is FRR running in one network namespace.
+type Router struct {
+	dir   string
+	procs []*exec.Cmd
+}
+
+// Start runs zebra, bfdd and bgpd in the named network namespace
+// (/run/netns/NAME), with everything they write in dir.
+func Start(ctx context.Context, netns, dir string, cfg Config) (*Router, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	u, err := user.Lookup("frr")
+	if err != nil {
+		return nil, err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	for daemon, text := range cfg.Files() {
+		conf := filepath.Join(dir, daemon+".conf")
+		if err := os.WriteFile(conf, []byte(text), 0o640); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(conf, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	r := &Router{dir: dir}
+	zserv := filepath.Join(dir, "zserv.api")
+	for _, d := range []struct {
+		name  string
+		extra []string
+	}{
+		{"zebra", nil},
+		{"bfdd", []string{"--bfdctl", filepath.Join(dir, "bfdd.sock")}},
+		{"bgpd", nil},
+	} {
+		args := append([]string{"netns", "exec", netns, filepath.Join(Daemons, d.name),
+			"-u", "frr", "-g", "frr", "-f", filepath.Join(dir, d.name+".conf"), "--vty_socket", dir, "-z", zserv,
+			"-i", filepath.Join(dir, d.name+".pid"), "--log", "file:" + filepath.Join(dir, d.name+".log"),
+			"-A", "127.0.0.1"}, d.extra...)
+		cmd := exec.Command("ip", args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			r.Stop()
+			return nil, fmt.Errorf("start %s: %w", d.name, err)
+		}
+		r.procs = append(r.procs, cmd)
+		// bfdd and bgpd connect to zebra's socket: wait for it.
+		if d.name == "zebra" {
+			if err := waitFor(ctx, zserv); err != nil {
+				r.Stop()
+				return nil, fmt.Errorf("zebra did not start (%s): %w", filepath.Join(dir, "zebra.log"), err)
+			}
+		}
+	}
+	if err := waitFor(ctx, filepath.Join(dir, "bgpd.vty")); err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("bgpd did not start (%s): %w", filepath.Join(dir, "bgpd.log"), err)
+	}
+	return r, nil
+}
+
+func waitFor(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no %s: %w", path, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends every daemon.
+func (r *Router) Stop() {
+	for _, c := range r.procs {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+	}
+	for _, c := range r.procs {
+		done := make(chan struct{})
+		go func() { _ = c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	r.procs = nil
+}
+
+// Vtysh runs one vtysh command (e.g. "show ip route bgp json") and returns
+// its output.
+func (r *Router) Vtysh(ctx context.Context, command string) (string, error) {
+	return Vtysh(ctx, r.dir, command)
+}
+
+// Vtysh runs one vtysh command against the router whose sockets are in dir.
+func Vtysh(ctx context.Context, dir, command string) (string, error) {
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, "vtysh", "--vty_socket", dir, "-c", command)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("vtysh -c %q: %w: %s", command, err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
+}
+
+// Route is one route of zebra's RIB that BGP put there.
+type Route struct {
+	Prefix   netip.Prefix
+	NextHops []netip.Addr
+	// Selected: zebra chose it for forwarding.
+	Selected bool
+}
+
+// BGPRoutes lists zebra's BGP routes of one family ("ip" or "ipv6").
+func (r *Router) BGPRoutes(ctx context.Context, family string) (map[netip.Prefix]Route, error) {
+	out, err := r.Vtysh(ctx, "show "+family+" route bgp json")
+	if err != nil {
+		return nil, err
+	}
+	var rib map[string][]struct {
+		Prefix   string `json:"prefix"`
+		Selected bool   `json:"selected"`
+		Nexthops []struct {
+			IP string `json:"ip"`
+		} `json:"nexthops"`
+	}
+	if err := json.Unmarshal([]byte(out), &rib); err != nil {
+		return nil, fmt.Errorf("show %s route bgp json: %w", family, err)
+	}
+	routes := map[netip.Prefix]Route{}
+	for _, entries := range rib {
+		for _, e := range entries {
+			p, err := netip.ParsePrefix(e.Prefix)
+			if err != nil {
+				return nil, fmt.Errorf("show %s route bgp json: prefix %q: %w", family, e.Prefix, err)
+			}
+			rt := Route{Prefix: p, Selected: e.Selected}
+			for _, h := range e.Nexthops {
+				if a, err := netip.ParseAddr(h.IP); err == nil {
+					rt.NextHops = append(rt.NextHops, a)
+				}
+			}
+			routes[p] = rt
+		}
+	}
+	return routes, nil
+}
+
+// ErrNoSession is returned by Neighbor for a peer the router does not know.
+var ErrNoSession = errors.New("no such BGP neighbor")
+
+// NeighborState is the router's BGP state for one neighbour (e.g.
+// "Established", "Active").
+func (r *Router) NeighborState(ctx context.Context, addr netip.Addr) (string, error) {
+	out, err := r.Vtysh(ctx, "show bgp neighbors "+addr.String()+" json")
+	if err != nil {
+		return "", err
+	}
+	var n map[string]struct {
+		State string `json:"bgpState"`
+	}
+	if err := json.Unmarshal([]byte(out), &n); err != nil {
+		return "", fmt.Errorf("show bgp neighbors json: %w", err)
+	}
+	s, ok := n[addr.String()]
+	if !ok {
+		return "", fmt.Errorf("%s: %w", addr, ErrNoSession)
+	}
+	return s.State, nil
+}
+
+// LogTail is the end of each daemon's log, for a failing test to show.
+func (r *Router) LogTail(lines int) string {
+	var b strings.Builder
+	for _, d := range []string{"zebra", "bfdd", "bgpd"} {
+		data, _ := os.ReadFile(filepath.Join(r.dir, d+".log"))
+		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		fmt.Fprintf(&b, "--- %s.log\n%s\n", d, strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+	return b.String()
+}
