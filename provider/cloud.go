@@ -46,6 +46,7 @@ type Cloud struct {
 	routes      *routes          // nil unless routes.bridge is configured
 	lb          *loadBalancer    // nil unless loadBalancer.bridge is configured
 	lbOff       *loadBalancerOff // serves LoadBalancer Services while lb is nil
+	bgp         *bgpAnnouncer    // nil unless bgp is configured
 	unparsable  *unparsableReporter
 	ctx         context.Context
 	runCtx      context.Context      // from Initialize: ends when the CCM stops
@@ -145,6 +146,14 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			return nil, err
 		}
 	}
+	if cfg.BGP.Enabled() {
+		if c.bgp, err = newBGPAnnouncer(cfg.BGP, flags.ClusterCIDRs); err != nil {
+			return nil, err
+		}
+		if len(flags.ClusterCIDRs) == 0 {
+			klog.FromContext(ctx).Info("bgp is set but --cluster-cidr is not: no pod CIDR will be announced")
+		}
+	}
 	return c, nil
 }
 
@@ -166,7 +175,7 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 		c.client = clientBuilder.ClientOrDie("libvirt-cloud-provider")
 	}
 	klog.InfoS("libvirt cloud provider initialized", "region", c.cfg.Region, "hypervisors", len(c.hypervisors),
-		"routes", c.routes != nil, "loadBalancer", c.lb != nil)
+		"routes", c.routes != nil, "loadBalancer", c.lb != nil, "bgp", c.bgp != nil)
 }
 
 // SetInformers is called right after Initialize with the informer factory
@@ -214,6 +223,9 @@ func (c *Cloud) components() []component {
 	}
 	if c.lbOff != nil {
 		parts = append(parts, c.lbOff)
+	}
+	if c.bgp != nil {
+		parts = append(parts, c.bgp)
 	}
 	return parts
 }

@@ -43,6 +43,8 @@ type Config struct {
 	Routes RoutesConfig `json:"routes"`
 	// LoadBalancer enables Services of type LoadBalancer.
 	LoadBalancer LoadBalancerConfig `json:"loadBalancer"`
+	// BGP announces each Node's pod CIDRs to BGP peers (the LAN router).
+	BGP BGPConfig `json:"bgp"`
 }
 
 // RoutesConfig: pod-CIDR routes "<podCIDR> via <node InternalIP> dev
@@ -143,6 +145,7 @@ func DefaultConfig() Config {
 		AddressSources: []string{SourceDHCPLeases, SourceARP},
 		ResyncPeriod:   metav1.Duration{Duration: 5 * time.Minute},
 		LoadBalancer:   LoadBalancerConfig{ServeClassless: ptr.To(true)},
+		BGP:            BGPConfig{RestartTime: metav1.Duration{Duration: 120 * time.Second}},
 	}
 }
 
@@ -291,6 +294,7 @@ func (c *Config) complete() error {
 			bad("loadBalancer.routedTraffic", lbc.RoutedTraffic, fmt.Sprintf("is not %q or %q", RoutedSpread, RoutedAnnouncer))
 		}
 	}
+	errs = append(errs, c.BGP.validate()...)
 	if c.ResyncPeriod.Duration < time.Second {
 		bad("resyncPeriod", c.ResyncPeriod.Duration, "must be at least 1s")
 	}

@@ -1,0 +1,129 @@
+package provider
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/bgp"
+)
+
+// bgpAnnouncer keeps the BGP speaker's routes equal to the Nodes' pod
+// CIDRs. It owns the speaker: started with the component, stopped
+// gracefully when the CCM stops, so that peers keep every route while
+// it restarts.
+type bgpAnnouncer struct {
+	opts    bgp.Options
+	cluster []netip.Prefix // --cluster-cidr: the only CIDRs announced
+	nodes   corelisters.NodeLister
+	synced  cache.InformerSynced
+	changed chan struct{} // capacity 1: a pending recompute
+}
+
+func newBGPAnnouncer(cfg BGPConfig, cluster []netip.Prefix) (*bgpAnnouncer, error) {
+	opts, err := cfg.SpeakerOptions()
+	if err != nil {
+		return nil, err
+	}
+	return &bgpAnnouncer{opts: opts, cluster: cluster, changed: make(chan struct{}, 1)}, nil
+}
+
+func (a *bgpAnnouncer) start(ctx context.Context, _ kubernetes.Interface, factory informers.SharedInformerFactory, _ record.EventRecorder) error {
+	inf := factory.Core().V1().Nodes()
+	a.nodes, a.synced = inf.Lister(), inf.Informer().HasSynced
+	poke := func() {
+		select {
+		case a.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(old, cur any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		return err
+	}
+	speaker, err := bgp.Start(ctx, a.opts)
+	if err != nil {
+		return err
+	}
+	go a.run(ctx, speaker)
+	return nil
+}
+
+// bgpRetry is the wait before announcing again after a failure.
+const bgpRetry = 2 * time.Second
+
+func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
+	defer speaker.Stop(true)
+	log := klog.FromContext(ctx).WithName("bgp")
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
+		return
+	}
+	var lastRefused []string
+	for {
+		nodes, err := a.nodes.List(labels.Everything())
+		if err == nil {
+			routes, refused := bgpRoutes(nodes, podCIDRRules{cluster: a.cluster})
+			if !slices.Equal(refused, lastRefused) {
+				for _, r := range refused {
+					log.Info("Pod CIDR not announced", "why", r)
+				}
+				lastRefused = refused
+			}
+			err = speaker.Announce(routes)
+		}
+		retry := (<-chan time.Time)(nil)
+		if err != nil {
+			log.Error(err, "Could not announce the pod CIDRs; retrying", "in", bgpRetry)
+			retry = time.After(bgpRetry)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.changed:
+		case <-retry:
+		}
+	}
+}
+
+// bgpRoutes are the routes to announce: each Node's pod CIDRs that the
+// rules allow (inside --cluster-cidr, not special, one owner), via the
+// Node's first InternalIP of the CIDR's family. refused says, per CIDR
+// left out, why.
+func bgpRoutes(nodes []*v1.Node, rules podCIDRRules) (routes []bgp.Route, refused []string) {
+	owners := podCIDROwners(nodes)
+	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	for _, n := range nodes {
+		addrs := internalIPs(n.Status.Addresses)
+		for _, cidr := range podCIDRsOf(n) {
+			if owners[cidr] != n.Name {
+				continue // another Node's, announced (or refused) there
+			}
+			if why := rules.refusal(cidr, n.Name, owners[cidr]); why != "" {
+				refused = append(refused, fmt.Sprintf("node %s pod CIDR %s: %s", n.Name, cidr, why))
+				continue
+			}
+			i := slices.IndexFunc(addrs, func(a netip.Addr) bool { return a.Is4() == cidr.Addr().Is4() })
+			if i < 0 {
+				refused = append(refused, fmt.Sprintf("node %s pod CIDR %s: no %s InternalIP to route it through", n.Name, cidr, prefixFamily(cidr)))
+				continue
+			}
+			routes = append(routes, bgp.Route{Prefix: cidr, NextHop: addrs[i]})
+		}
+	}
+	return routes, refused
+}

@@ -1,0 +1,115 @@
+package provider
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/labcloud/labcloud/bgp"
+)
+
+func TestLoadConfigBGP(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(strings.NewReader(`
+bgp:
+  asn: 64513
+  routerID: 10.0.0.1
+  communities: ["64512:76"]
+  restartTime: 90s
+  peers:
+    - {address: 10.0.0.254, asn: 64512, bfd: true, passwordFile: ` + pw + `, holdTime: 9s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.BGP.SpeakerOptions()
+	want := bgp.Options{ASN: 64513, RouterID: netip.MustParseAddr("10.0.0.1"), Communities: []uint32{64512<<16 | 76}, RestartTime: 90 * time.Second,
+		Peers: []bgp.Peer{{Address: netip.MustParseAddr("10.0.0.254"), ASN: 64512, BFD: true, Password: "s3cret", HoldTime: 9 * time.Second}}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("SpeakerOptions() = %+v, %v; want %+v", got, err, want)
+	}
+
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{"/does/not/exist", `bgp.peers[0].passwordFile: "/does/not/exist" open /does/not/exist: no such file`},
+		{empty, `bgp.peers[0].passwordFile: "` + empty + `" is empty`},
+	} {
+		cfg := c.BGP
+		cfg.Peers = []BGPPeerConfig{{Address: "10.0.0.254", ASN: 64512, PasswordFile: tc.file}}
+		if _, err := cfg.SpeakerOptions(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("password file %s: err = %v, want %q", tc.file, err, tc.want)
+		}
+	}
+
+	for yaml, want := range map[string]string{
+		"bgp: {asn: 1, routerID: 10.0.0.1}":                                                               "bgp.peers: at least one peer",
+		"bgp: {routerID: 10.0.0.1, peers: [{address: 10.0.0.2, asn: 2}]}":                                 "bgp.asn: required",
+		"bgp: {asn: 1, routerID: fd00::1, peers: [{address: 10.0.0.2, asn: 2}]}":                          "bgp.routerID",
+		"bgp: {asn: 1, routerID: router, peers: [{address: 10.0.0.2, asn: 2}]}":                           `bgp.routerID: "router" is not an IPv4 address`,
+		"bgp: {asn: 1, routerID: 10.0.0.1, peers: [{address: gw, asn: 2}]}":                               `bgp.peers[0].address: "gw" is not an IP address`,
+		"bgp: {asn: 1, routerID: 10.0.0.1, peers: [{address: 10.0.0.2}]}":                                 "bgp.peers[0].asn: required",
+		"bgp: {asn: 1, routerID: 10.0.0.1, peers: [{address: 10.0.0.2, asn: 2, holdTime: 1s}]}":           "bgp.peers[0].holdTime",
+		"bgp: {asn: 1, routerID: 10.0.0.1, communities: [65536:1], peers: [{address: 10.0.0.2, asn: 2}]}": `bgp.communities[0]: "65536:1" is not "ASN:value"`,
+		"bgp: {asn: 1, routerID: 10.0.0.1, restartTime: 2h, peers: [{address: 10.0.0.2, asn: 2}]}":        "bgp.restartTime",
+	} {
+		if _, err := LoadConfig(strings.NewReader(yaml)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", yaml, err, want)
+		}
+	}
+	if c, err := LoadConfig(strings.NewReader("region: r")); err != nil || c.BGP.Enabled() {
+		t.Errorf("no bgp section: enabled %v, %v", c.BGP.Enabled(), err)
+	}
+}
+
+func bgpNode(name string, created int, podCIDRs []string, ips ...string) *v1.Node {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Unix(int64(created), 0)},
+		Spec: v1.NodeSpec{PodCIDRs: podCIDRs}}
+	for _, ip := range ips {
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip})
+	}
+	n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: name})
+	return n
+}
+
+func TestBGPRoutes(t *testing.T) {
+	rules := podCIDRRules{cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/56")}}
+	nodes := []*v1.Node{
+		bgpNode("b-dual", 1, []string{"10.244.2.0/24", "fd00:244:0:2::/64"}, "10.0.0.12", "fd00::12"),
+		bgpNode("a-v4", 1, []string{"10.244.1.0/24"}, "10.0.0.11"),
+		bgpNode("c-no-v6-address", 1, []string{"10.244.3.0/24", "fd00:244:0:3::/64"}, "10.0.0.13"),
+		bgpNode("d-outside", 1, []string{"10.99.4.0/24"}, "10.0.0.14"),
+		bgpNode("e-newer-claim", 2, []string{"10.244.1.0/24"}, "10.0.0.15"),
+		bgpNode("f-no-cidr", 1, nil, "10.0.0.16"),
+	}
+	routes, refused := bgpRoutes(nodes, rules)
+	r := func(p, hop string) bgp.Route {
+		return bgp.Route{Prefix: netip.MustParsePrefix(p), NextHop: netip.MustParseAddr(hop)}
+	}
+	wantRoutes := []bgp.Route{r("10.244.1.0/24", "10.0.0.11"), r("10.244.2.0/24", "10.0.0.12"), r("fd00:244:0:2::/64", "fd00::12"), r("10.244.3.0/24", "10.0.0.13")}
+	if !reflect.DeepEqual(routes, wantRoutes) {
+		t.Errorf("routes = %v, want %v", routes, wantRoutes)
+	}
+	wantRefused := []string{
+		"node c-no-v6-address pod CIDR fd00:244:0:3::/64: no IPv6 InternalIP to route it through",
+		"node d-outside pod CIDR 10.99.4.0/24: not inside the cluster CIDR 10.244.0.0/16 (--cluster-cidr)",
+	}
+	if !reflect.DeepEqual(refused, wantRefused) {
+		t.Errorf("refused = %q, want %q", refused, wantRefused)
+	}
+	if routes, refused := bgpRoutes(nodes, podCIDRRules{}); len(routes) != 0 || len(refused) != 6 {
+		t.Errorf("without cluster CIDRs: routes %v, refused %q; want none announced, each CIDR refused", routes, refused)
+	}
+}
