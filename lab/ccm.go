@@ -28,14 +28,18 @@ import (
 
 // labCloudConfig is the full lab's cloud config: the lab's libvirtd and
 // network, routes and load balancers on its bridge, with a VIP pool in the
-// bridge's subnet of each of the cluster's families.
-func labCloudConfig(f IPFamily) provider.Config {
+// bridge's subnet of each of the cluster's families, and BGP to the LAN
+// router when it runs.
+func labCloudConfig(f IPFamily, router bool) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
 	cfg.Hypervisors = []provider.HypervisorConfig{{URI: labURI, Zone: "lab-host"}}
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
 	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: f.addressing().pools, RoutedTraffic: provider.RoutedSpread}
+	if router {
+		cfg.BGP = labBGP()
+	}
 	return cfg
 }
 
@@ -54,7 +58,7 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 		fmt.Fprintf(u.opts.Out, "           cloud config from %s\n", u.opts.CloudConfig)
 		return u.runCCM(ctx, cp, client, bin, data)
 	}
-	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily))
+	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily, u.st.Router))
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ func Down(dir string, out io.Writer) error {
 			host.Stop(pid)
 		}
 	}
+	stopRouter(dir)
 	// Whatever still runs in the namespace (dnsmasq, a crashed up's children).
 	if pids, err := exec.Command("ip", "netns", "pids", Netns).Output(); err == nil {
 		for _, f := range strings.Fields(string(pids)) {

@@ -63,9 +63,11 @@ type State struct {
 	Light      bool     `json:"light,omitempty"`
 	// IPFamily is the cluster's (up --ip-family); empty in a state written
 	// before it was recorded, which was IPv4.
-	IPFamily IPFamily  `json:"ipFamily,omitempty"`
-	Steps    []Step    `json:"steps"`
-	Started  time.Time `json:"started"`
+	IPFamily IPFamily `json:"ipFamily,omitempty"`
+	// Router says the LAN router (FRR) runs and the CCM peers with it.
+	Router  bool      `json:"router,omitempty"`
+	Steps   []Step    `json:"steps"`
+	Started time.Time `json:"started"`
 }
 
 // Step is one timed step of Up.

@@ -141,7 +141,7 @@ func TestLabCloudConfigsLoad(t *testing.T) {
 	st := &State{Dir: "/var/lib/labcloud/lab", Light: true}
 	configs := map[string]provider.Config{"light": lightCloudConfig(st)}
 	for _, f := range IPFamilies {
-		configs["full-"+string(f)] = labCloudConfig(f)
+		configs["full-"+string(f)] = labCloudConfig(f, true)
 	}
 	for name, cfg := range configs {
 		data, err := marshalCloudConfig(cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
+	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
@@ -32,6 +34,15 @@ type Status struct {
 	At             time.Time       `json:"at"` // when it was read
 	Nodes          []NodeStatus    `json:"nodes"`
 	Services       []ServiceStatus `json:"services"`
+	// Router is the LAN router's side, when the lab has one.
+	Router *RouterStatus `json:"router,omitempty"`
+}
+
+// RouterStatus is the LAN router's BGP session with the CCM.
+type RouterStatus struct {
+	Address string `json:"address"`
+	// Session is its BGP state with the CCM (e.g. Established, Active).
+	Session string `json:"session"`
 }
 
 // NodeStatus is one lab node.
@@ -47,8 +58,11 @@ type NodeStatus struct {
 	// PodCIDRs are one per family, PodCIDR (the primary) first.
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
 	// Route is the CCM's route of each pod CIDR that has one, in order.
-	Route  string   `json:"route"`
-	Taints []string `json:"taints,omitempty"`
+	Route string `json:"route"`
+	// RouterRoute is the LAN router's BGP route of each pod CIDR that
+	// has one, in order.
+	RouterRoute string   `json:"routerRoute,omitempty"`
+	Taints      []string `json:"taints,omitempty"`
 }
 
 // ServiceStatus is one VIP of a LoadBalancer Service: who answers for it
@@ -92,6 +106,19 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	}
 	routes, _ := ownedRoutes()
 	domains, _ := host.Domains(st.LibvirtURI(), NetworkName, NodePrefix)
+	var rib map[netip.Prefix]frr.Route
+	if st.Router {
+		r := frr.Open(routerDir(st.Dir))
+		out.Router = &RouterStatus{Address: RouterAddr, Session: "unknown"}
+		if s, err := r.NeighborState(ctx, netip.MustParseAddr(Gateway)); err == nil {
+			out.Router.Session = s
+		}
+		rib = map[netip.Prefix]frr.Route{}
+		for _, family := range []string{"ip", "ipv6"} {
+			routes, _ := r.BGPRoutes(ctx, family)
+			maps.Copy(rib, routes)
+		}
+	}
 	for _, n := range nodes.Items {
 		ns := NodeStatus{Name: n.Name, ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, Ready: "Unknown"}
 		for _, c := range n.Status.Conditions {
@@ -120,6 +147,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 			}
 		}
 		ns.Route = strings.Join(rs, "; ")
+		ns.RouterRoute = routerRoutes(rib, ns.PodCIDRs)
 		out.Nodes = append(out.Nodes, ns)
 	}
 	svcs, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
@@ -177,10 +205,13 @@ func serviceRows(s *v1.Service, side hostSide) []ServiceStatus {
 // WriteTable prints the status as two tables.
 func (s *Status) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tDOMAIN\tSTATE\tREADY\tADDRESSES\tPOD CIDR\tROUTE\tPROVIDER ID")
+	fmt.Fprintln(tw, "NODE\tDOMAIN\tSTATE\tREADY\tADDRESSES\tPOD CIDR\tROUTE\tROUTER (BGP)\tPROVIDER ID")
 	for _, n := range s.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Domain), dash(n.DomainState), n.Ready,
-			dash(strings.Join(n.Addresses, ",")), dash(strings.Join(n.PodCIDRs, ",")), dash(n.Route), dash(n.ProviderID))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Domain), dash(n.DomainState), n.Ready,
+			dash(strings.Join(n.Addresses, ",")), dash(strings.Join(n.PodCIDRs, ",")), dash(n.Route), dash(n.RouterRoute), dash(n.ProviderID))
+	}
+	if s.Router != nil {
+		fmt.Fprintf(tw, "\nROUTER %s: BGP session with the CCM %s\n", s.Router.Address, s.Router.Session)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC\tSINCE\tPLACEMENT\tHOST NEIGHBOUR\tROUTED VIA")
@@ -193,6 +224,29 @@ func (s *Status) WriteTable(w io.Writer) {
 			dash(v.HostNeighbour), dash(strings.Join(v.RoutedVia, ",")))
 	}
 	tw.Flush()
+}
+
+// routerRoutes says how the router reaches each pod CIDR it has a route to.
+func routerRoutes(rib map[netip.Prefix]frr.Route, cidrs []string) string {
+	var rs []string
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			continue
+		}
+		if r, ok := rib[p]; ok && len(r.NextHops) > 0 {
+			hops := make([]string, len(r.NextHops))
+			for i, h := range r.NextHops {
+				hops[i] = h.String()
+			}
+			s := "via " + strings.Join(hops, ",")
+			if len(cidrs) > 1 {
+				s = c + " " + s
+			}
+			rs = append(rs, s)
+		}
+	}
+	return strings.Join(rs, "; ")
 }
 
 func dash(s string) string {

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/lb"
 )
 
@@ -84,5 +85,25 @@ func TestServiceRowsBadCondition(t *testing.T) {
 	rows := serviceRows(lbSvc("web", []string{"10.123.0.200"}, c), hostSide{})
 	if len(rows) != 1 || rows[0].Node != "" || !strings.Contains(rows[0].Placement, "garbage") {
 		t.Errorf("rows %+v, want one without a node whose placement quotes the message", rows)
+	}
+}
+
+func TestRouterRoutes(t *testing.T) {
+	rib := map[netip.Prefix]frr.Route{
+		netip.MustParsePrefix("10.244.1.0/24"):      {NextHops: []netip.Addr{netip.MustParseAddr("10.123.0.101")}, Selected: true},
+		netip.MustParsePrefix("fd00:10:244:1::/64"): {NextHops: []netip.Addr{netip.MustParseAddr("fd00:10:123::101")}, Selected: true},
+	}
+	for _, tc := range []struct {
+		cidrs []string
+		want  string
+	}{
+		{[]string{"10.244.1.0/24"}, "via 10.123.0.101"},
+		{[]string{"10.244.1.0/24", "fd00:10:244:1::/64"}, "10.244.1.0/24 via 10.123.0.101; fd00:10:244:1::/64 via fd00:10:123::101"},
+		{[]string{"10.244.2.0/24"}, ""},
+		{nil, ""},
+	} {
+		if got := routerRoutes(rib, tc.cidrs); got != tc.want {
+			t.Errorf("routerRoutes(%v) = %q, want %q", tc.cidrs, got, tc.want)
+		}
 	}
 }

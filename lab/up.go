@@ -148,6 +148,7 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 	steps = append(steps, u.forwarderStep(ctx)...)
 	return append(steps, []upStep{
 		{"cluster DNS (CoreDNS)", func() error { return u.startDNS(ctx, cp, client) }},
+		{"LAN router (FRR, BGP)", func() error { return u.startRouter(ctx) }},
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.waitFor(opts.Nodes), opts.Out) }},

@@ -57,7 +57,7 @@ func root() *cobra.Command {
 	}
 	cmd.SetVersionTemplate("labcloud {{.Version}}\n")
 	cmd.PersistentFlags().StringVar(&dir, "state-dir", dir, "where the running lab keeps its files")
-	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), nodeCmd(&dir), benchCmd(&dir), chaosCmd(&dir), e2eCmd(&dir),
+	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), routerCmd(&dir), nodeCmd(&dir), benchCmd(&dir), chaosCmd(&dir), e2eCmd(&dir),
 		logsCmd(&dir), exportCmd(&dir), kubeconfigCmd(&dir), versionCmd(&dir), simulateCmd(), forwardCmd())
 	return cmd
 }
@@ -355,6 +355,24 @@ func execCmd(dir *string) *cobra.Command {
 				return err
 			}
 			return nil
+		},
+	}
+}
+
+func routerCmd(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:     "router -- VTYSH-COMMAND...",
+		Short:   "Run a vtysh command on the lab's LAN router (FRR), e.g. show ip route bgp",
+		Example: "  labcloud router -- show bgp summary\n  labcloud router -- show ip route bgp",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := lab.LoadState(*dir)
+			if err != nil {
+				return err
+			}
+			out, err := lab.RouterCommand(cmd.Context(), st, strings.Join(args, " "))
+			fmt.Fprint(cmd.OutOrStdout(), out)
+			return err
 		},
 	}
 }

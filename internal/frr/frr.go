@@ -87,14 +87,19 @@ func (c Config) Files() map[string]string {
 	}
 }
 
-// Router is FRR running in one network namespace.
+// Router is FRR running in one network namespace; its daemons outlive
+// the process that started them until Stop.
 type Router struct {
-	dir   string
-	procs []*exec.Cmd
+	dir string
 }
 
-// Start runs zebra, bfdd and bgpd in the named network namespace
-// (/run/netns/NAME), with everything they write in dir.
+// Open is the router whose files are in dir, started earlier.
+func Open(dir string) *Router { return &Router{dir: dir} }
+
+var daemons = []string{"zebra", "bfdd", "bgpd"}
+
+// Start runs zebra, bfdd and bgpd as daemons in the named network
+// namespace (/run/netns/NAME), with everything they write in dir.
 func Start(ctx context.Context, netns, dir string, cfg Config) (*Router, error) {
 	if err := Available(); err != nil {
 		return nil, err
@@ -122,39 +127,31 @@ func Start(ctx context.Context, netns, dir string, cfg Config) (*Router, error) 
 	}
 	r := &Router{dir: dir}
 	zserv := filepath.Join(dir, "zserv.api")
-	for _, d := range []struct {
-		name  string
-		extra []string
-	}{
-		{"zebra", nil},
-		{"bfdd", []string{"--bfdctl", filepath.Join(dir, "bfdd.sock")}},
-		{"bgpd", nil},
-	} {
-		args := append([]string{"netns", "exec", netns, filepath.Join(Daemons, d.name),
-			"-u", "frr", "-g", "frr", "-f", filepath.Join(dir, d.name+".conf"), "--vty_socket", dir, "-z", zserv,
-			"-i", filepath.Join(dir, d.name+".pid"), "--log", "file:" + filepath.Join(dir, d.name+".log"),
-			"-A", "127.0.0.1"}, d.extra...)
-		cmd := exec.Command("ip", args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+	for _, d := range daemons {
+		args := []string{"netns", "exec", netns, filepath.Join(Daemons, d), "-d",
+			"-u", "frr", "-g", "frr", "-f", filepath.Join(dir, d+".conf"), "--vty_socket", dir, "-z", zserv,
+			"-i", r.pidFile(d), "--log", "file:" + filepath.Join(dir, d+".log"), "-A", "127.0.0.1"}
+		if d == "bfdd" {
+			args = append(args, "--bfdctl", filepath.Join(dir, "bfdd.sock"))
+		}
+		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
 			r.Stop()
-			return nil, fmt.Errorf("start %s: %w", d.name, err)
+			return nil, fmt.Errorf("start %s: %w: %s", d, err, bytes.TrimSpace(out))
 		}
-		r.procs = append(r.procs, cmd)
-		// bfdd and bgpd connect to zebra's socket: wait for it.
-		if d.name == "zebra" {
-			if err := waitFor(ctx, zserv); err != nil {
-				r.Stop()
-				return nil, fmt.Errorf("zebra did not start (%s): %w", filepath.Join(dir, "zebra.log"), err)
-			}
+		// bfdd and bgpd connect to zebra's socket, and vtysh to each vty.
+		wait := filepath.Join(dir, d+".vty")
+		if d == "zebra" {
+			wait = zserv
 		}
-	}
-	if err := waitFor(ctx, filepath.Join(dir, "bgpd.vty")); err != nil {
-		r.Stop()
-		return nil, fmt.Errorf("bgpd did not start (%s): %w", filepath.Join(dir, "bgpd.log"), err)
+		if err := waitFor(ctx, wait); err != nil {
+			r.Stop()
+			return nil, fmt.Errorf("%s did not start (%s): %w", d, filepath.Join(dir, d+".log"), err)
+		}
 	}
 	return r, nil
 }
+
+func (r *Router) pidFile(daemon string) string { return filepath.Join(r.dir, daemon+".pid") }
 
 func waitFor(ctx context.Context, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -171,22 +168,35 @@ func waitFor(ctx context.Context, path string) error {
 	}
 }
 
-// Stop ends every daemon.
+// Stop ends every daemon (SIGTERM, then SIGKILL after 5 s) and waits
+// until they are gone.
 func (r *Router) Stop() {
-	for _, c := range r.procs {
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
-	}
-	for _, c := range r.procs {
-		done := make(chan struct{})
-		go func() { _ = c.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			<-done
+	var pids []int
+	for _, d := range daemons {
+		data, err := os.ReadFile(r.pidFile(d))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 {
+			pids = append(pids, pid)
+			_ = syscall.Kill(pid, syscall.SIGTERM)
 		}
 	}
-	r.procs = nil
+	// A daemon's parent is whoever reaps orphans here; an unreaped one
+	// still answers signal 0, hence the bound.
+	killAt := time.Now().Add(5 * time.Second)
+	giveUp := killAt.Add(5 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(giveUp) {
+			if time.Now().After(killAt) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, d := range daemons {
+		_ = os.Remove(r.pidFile(d))
+	}
 }
 
 // Vtysh runs one vtysh command (e.g. "show ip route bgp json") and returns
