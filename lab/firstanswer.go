@@ -28,9 +28,10 @@ const firstAnswerApp = "labcloud-first-answer"
 
 // firstAnswer runs an agnhost netexec pod behind a LoadBalancer Service and
 // waits until the pod answers through the Service's VIP from this host
-// (the lab's namespace), as a client on the LAN would reach it. Both are
-// deleted afterwards.
-func firstAnswer(ctx context.Context, client kubernetes.Interface) error {
+// (the lab's namespace), as a client on the LAN would reach it, then
+// prints when each part of that happened. Both are deleted afterwards.
+func firstAnswer(ctx context.Context, client kubernetes.Interface, out io.Writer) error {
+	start := time.Now()
 	labels := map[string]string{"app": firstAnswerApp}
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: firstAnswerApp + "-", Namespace: "default", Labels: labels},
@@ -55,10 +56,15 @@ func firstAnswer(ctx context.Context, client kubernetes.Interface) error {
 	}
 	defer client.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
 	var vip, got string
+	var tl firstAnswerTimeline
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if cur, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
+			tl.sawPod(cur, time.Since(start))
+		}
 		if vip == "" {
 			if s, err := client.CoreV1().Services("default").Get(ctx, svc.Name, metav1.GetOptions{}); err == nil && len(s.Status.LoadBalancer.Ingress) > 0 {
 				vip = s.Status.LoadBalancer.Ingress[0].IP
+				tl.vip = time.Since(start)
 			}
 			return false, nil
 		}
@@ -66,9 +72,46 @@ func firstAnswer(ctx context.Context, client kubernetes.Interface) error {
 		return got == p.Name, nil
 	})
 	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("pod %s not answering through the VIP %q of Service %s after 3 minutes (last answer %q)", p.Name, vip, svc.Name, got)
+		return fmt.Errorf("pod %s not answering through the VIP %q of Service %s after 3 minutes (last answer %q; %s)", p.Name, vip, svc.Name, got, tl)
+	}
+	if err == nil {
+		tl.answered = time.Since(start)
+		fmt.Fprintf(out, "           %s\n", tl)
 	}
 	return err
+}
+
+// firstAnswerTimeline is when each part of the first answer was first
+// seen, from the pod's creation.
+type firstAnswerTimeline struct {
+	scheduled, started, ready, vip, answered time.Duration
+}
+
+func (tl *firstAnswerTimeline) sawPod(p *v1.Pod, at time.Duration) {
+	if tl.scheduled == 0 && p.Spec.NodeName != "" {
+		tl.scheduled = at
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if tl.started == 0 && c.State.Running != nil {
+			tl.started = at
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if tl.ready == 0 && c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
+			tl.ready = at
+		}
+	}
+}
+
+func (tl firstAnswerTimeline) String() string {
+	part := func(name string, d time.Duration) string {
+		if d == 0 {
+			return name + " -"
+		}
+		return fmt.Sprintf("%s %.1fs", name, d.Seconds())
+	}
+	return strings.Join([]string{part("pod scheduled", tl.scheduled), part("running", tl.started), part("ready", tl.ready),
+		part("VIP", tl.vip), part("answered", tl.answered)}, ", ")
 }
 
 // HostnameAt is agnhost netexec's /hostname through vip (an address of

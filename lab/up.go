@@ -152,7 +152,7 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
 		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.waitFor(opts.Nodes), opts.Out) }},
-		{FirstAnswerStep, func() error { return firstAnswer(ctx, client) }},
+		{FirstAnswerStep, func() error { return firstAnswer(ctx, client, opts.Out) }},
 	}...)
 }
 
