@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
 )
 
 func route(prefix, hop string) Route {
@@ -89,6 +91,14 @@ func TestOptionsValidate(t *testing.T) {
 		tc.change(&o)
 		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate() = %v, want an error saying %q", err, tc.want)
+		}
+	}
+}
+
+func TestAPIState(t *testing.T) {
+	for fsm, want := range map[gobgp.FSMState]string{gobgp.BGP_FSM_IDLE: "idle", gobgp.BGP_FSM_ACTIVE: "active", gobgp.BGP_FSM_ESTABLISHED: "established"} {
+		if got := sessionState(apiState(fsm)); got != want {
+			t.Errorf("sessionState(apiState(%v)) = %q, want %q", fsm, got, want)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func (s *Speaker) watchSessions(ctx context.Context) error {
 			case up && !was:
 				s.log.Info("BGP session established", "peer", peer, "peerASN", st.PeerASN)
 			case !up && was:
-				s.log.Info("BGP session down", "peer", peer, "state", fsmState(st.SessionState),
+				s.log.Info("BGP session down", "peer", peer, "state", sessionState(apiState(st.SessionState)),
 					"reason", st.DisconnectReason.String(), "message", st.DisconnectMessage)
 			}
 		},
@@ -95,22 +95,10 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-func fsmState(s gobgp.FSMState) string {
-	switch s {
-	case gobgp.BGP_FSM_IDLE:
-		return "idle"
-	case gobgp.BGP_FSM_CONNECT:
-		return "connect"
-	case gobgp.BGP_FSM_ACTIVE:
-		return "active"
-	case gobgp.BGP_FSM_OPENSENT:
-		return "opensent"
-	case gobgp.BGP_FSM_OPENCONFIRM:
-		return "openconfirm"
-	case gobgp.BGP_FSM_ESTABLISHED:
-		return "established"
-	}
-	return "unknown"
+// apiState is the API's value of an FSM state: the same order, the API's
+// counted from 1.
+func apiState(s gobgp.FSMState) api.PeerState_SessionState {
+	return api.PeerState_SessionState(s + 1)
 }
 
 func sessionState(s api.PeerState_SessionState) string {
