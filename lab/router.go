@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -28,7 +30,16 @@ const (
 	routerIfname = "lan0"  // its end in the router's namespace
 )
 
-func routerDir(stateDir string) string { return filepath.Join(stateDir, "router") }
+// routerDir holds the router's sockets, configuration and logs: under
+// /run, which FRR's daemons can reach once they run as user frr (a state
+// directory is private to root), one per state directory.
+func routerDir(stateDir string) string {
+	abs, _ := filepath.Abs(stateDir)
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(routerRunDir, "router-"+hex.EncodeToString(sum[:4]))
+}
+
+const routerRunDir = "/run/labcloud"
 
 // startRouter runs the router, or says why it cannot and leaves it out
 // (the lab then has no BGP).
@@ -62,6 +73,9 @@ func (u *upRun) startRouter(ctx context.Context) error {
 			return fmt.Errorf("sysctl %s in %s: %w: %s", sysctl, RouterNetns, err, out)
 		}
 	}
+	if err := os.MkdirAll(routerRunDir, 0o755); err != nil {
+		return err
+	}
 	if _, err := frr.Start(ctx, RouterNetns, routerDir(u.st.Dir), routerConfig()); err != nil {
 		return err
 	}
@@ -89,6 +103,7 @@ func labBGP() provider.BGPConfig {
 // stopRouter stops the router's daemons and removes its namespace.
 func stopRouter(stateDir string) {
 	frr.Open(routerDir(stateDir)).Stop()
+	_ = os.RemoveAll(routerDir(stateDir))
 	_ = exec.Command("ip", "netns", "del", RouterNetns).Run()
 }
 

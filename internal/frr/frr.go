@@ -116,6 +116,9 @@ func Start(ctx context.Context, netns, dir string, cfg Config) (*Router, error) 
 	if err := os.Chown(dir, uid, gid); err != nil {
 		return nil, err
 	}
+	if err := reachable(dir, uid); err != nil {
+		return nil, err
+	}
 	for daemon, text := range cfg.Files() {
 		conf := filepath.Join(dir, daemon+".conf")
 		if err := os.WriteFile(conf, []byte(text), 0o640); err != nil {
@@ -149,6 +152,28 @@ func Start(ctx context.Context, netns, dir string, cfg Config) (*Router, error) 
 		}
 	}
 	return r, nil
+}
+
+// reachable says which parent of dir keeps the daemons (user uid, once
+// they drop root) out of it.
+func reachable(dir string, uid int) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm()&0o001 == 0 && !(ok && int(st.Uid) == uid) {
+			return fmt.Errorf("FRR's daemons (user frr) cannot reach %s: %s is mode %04o", dir, p, fi.Mode().Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }
 
 func (r *Router) pidFile(daemon string) string { return filepath.Join(r.dir, daemon+".pid") }

@@ -258,6 +258,22 @@ func TestLab(t *testing.T) {
 			}
 		}
 	}
+	// The LAN router learned every Node's pod CIDR over BGP, via the Node.
+	eventually(t, "the router's BGP route to every pod CIDR", 60*time.Second, time.Second, func() string {
+		s := l.status()
+		if s.Router == nil || s.Router.Session != "Established" {
+			return fmt.Sprintf("router %+v, want its BGP session with the CCM Established", s.Router)
+		}
+		for _, n := range s.Nodes {
+			if want := "via " + internalIP[n.Name]; n.RouterRoute != want {
+				return fmt.Sprintf("node %s: the router's route %q, want %q", n.Name, n.RouterRoute, want)
+			}
+		}
+		return ""
+	})
+	if rib := l.must(time.Minute, "router", "--", "show", "ip", "route", "bgp"); !strings.Contains(rib, s.Nodes[0].PodCIDR) {
+		t.Errorf("labcloud router -- show ip route bgp lacks %s:\n%s", s.Nodes[0].PodCIDR, rib)
+	}
 	// Each guest's QEMU, daemonized by libvirtd, is adopted by the tini
 	// that runs libvirtd (a subreaper), which reaps it the moment it dies:
 	// libvirt reports a guest stopped only once its QEMU is reaped.
