@@ -29,6 +29,7 @@ func TestRegistered(t *testing.T) {
 	LibvirtDomains.WithLabelValues("z").Set(2)
 	LibvirtUnparsableDomains.WithLabelValues("z").Set(1)
 	RouteWrites.WithLabelValues(OpAdd).Inc()
+	BGPSessionUp.WithLabelValues("192.0.2.1").Set(1)
 
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
@@ -61,8 +62,8 @@ func TestRegistered(t *testing.T) {
 			}
 		}
 	}
-	if len(found) != 17 {
-		t.Errorf("%d labcloud_* metrics gathered (%v), want 17", len(found), found)
+	if len(found) != 19 {
+		t.Errorf("%d labcloud_* metrics gathered (%v), want 19", len(found), found)
 	}
 	problems, err := testutil.NewPromLinter(&text).Lint()
 	if err != nil {
