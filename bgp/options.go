@@ -53,7 +53,8 @@ const (
 	bfdDetectMultiplier = 3
 )
 
-const defaultRestartTime = 120 * time.Second
+// DefaultRestartTime is the graceful-restart time when Options leave it zero.
+const DefaultRestartTime = 120 * time.Second
 
 // Validate names the first problem of each wrong field.
 func (o Options) Validate() error {

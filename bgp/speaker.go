@@ -30,7 +30,7 @@ type Speaker struct {
 
 	mu        sync.Mutex // serializes Announce and Stop; guards the fields below
 	announced map[netip.Prefix]netip.Addr
-	peered    bool
+	peered    map[netip.Addr]bool // peers added to the server
 	stopped   bool
 }
 
@@ -41,7 +41,7 @@ func Start(ctx context.Context, opts Options) (*Speaker, error) {
 		return nil, err
 	}
 	if opts.RestartTime == 0 {
-		opts.RestartTime = defaultRestartTime
+		opts.RestartTime = DefaultRestartTime
 	}
 	log := klog.FromContext(ctx).WithName("bgp")
 	// GoBGP's own lines only from warnings up: watchSessions logs the
@@ -54,6 +54,7 @@ func Start(ctx context.Context, opts Options) (*Speaker, error) {
 		server:    server.NewBgpServer(server.LoggerOption(slog.New(handler), level)),
 		log:       log,
 		announced: map[netip.Prefix]netip.Addr{},
+		peered:    map[netip.Addr]bool{},
 	}
 	go s.server.Serve()
 	err := s.server.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
@@ -123,13 +124,7 @@ func (s *Speaker) Announce(routes []Route) error {
 	if len(d.announce)+len(d.withdraw) > 0 {
 		s.log.V(2).Info("Routes changed", "announced", len(d.announce), "withdrawn", len(d.withdraw), "total", len(s.announced))
 	}
-	if !s.peered {
-		if err := s.addPeers(); err != nil {
-			return err
-		}
-		s.peered = true
-	}
-	return nil
+	return s.addPeers()
 }
 
 // Stop ends every session. Gracefully, peers keep this speaker's routes
@@ -187,16 +182,21 @@ func (s *Speaker) path(r Route) (*apiutil.Path, error) {
 	return &apiutil.Path{Family: family, Nlri: nlri, Attrs: attrs}, nil
 }
 
-// addPeers configures every peer with graceful restart for both
-// families: the restart flag and each family's forwarding flag are set
-// on every start, because the forwarding state (the nodes) outlives this
-// process, so peers keep the previous session's routes until this one
-// has sent its own.
+// addPeers adds the peers not added yet (all of them on the first
+// Announce, so a failure part-way retries only the rest), each with
+// graceful restart for both families: the restart flag and each family's
+// forwarding flag are set on every start, because the forwarding state
+// (the nodes) outlives this process, so peers keep the previous
+// session's routes until this one has sent its own.
 func (s *Speaker) addPeers() error {
 	for _, p := range s.opts.Peers {
+		if s.peered[p.Address] {
+			continue
+		}
 		if err := s.server.AddPeer(context.Background(), &api.AddPeerRequest{Peer: s.peerConfig(p)}); err != nil {
 			return fmt.Errorf("add BGP peer %s: %w", p.Address, err)
 		}
+		s.peered[p.Address] = true
 		metrics.BGPSessionUp.WithLabelValues(p.Address.String()).Set(0)
 	}
 	return nil

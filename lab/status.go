@@ -113,8 +113,12 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		if s, err := r.NeighborState(ctx, netip.MustParseAddr(Gateway)); err == nil {
 			out.Router.Session = s
 		}
+		families := []string{"ip"}
+		if st.IPFamily.HasIPv6() {
+			families = append(families, "ipv6")
+		}
 		rib = map[netip.Prefix]frr.Route{}
-		for _, family := range []string{"ip", "ipv6"} {
+		for _, family := range families {
 			routes, _ := r.BGPRoutes(ctx, family)
 			maps.Copy(rib, routes)
 		}

@@ -50,8 +50,12 @@ func (a *bgpAnnouncer) start(ctx context.Context, _ kubernetes.Interface, factor
 		}
 	}
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(old, cur any) { poke() },
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(old, cur any) {
+			if o, ok := old.(*v1.Node); !ok || routeFieldsChanged(o, cur.(*v1.Node)) {
+				poke()
+			}
+		},
 		DeleteFunc: func(any) { poke() },
 	}); err != nil {
 		return err
@@ -62,6 +66,12 @@ func (a *bgpAnnouncer) start(ctx context.Context, _ kubernetes.Interface, factor
 	}
 	go a.run(ctx, speaker)
 	return nil
+}
+
+// routeFieldsChanged says whether an update changed what bgpRoutes reads
+// of a Node (its pod CIDRs and InternalIPs); status heartbeats do not.
+func routeFieldsChanged(old, cur *v1.Node) bool {
+	return !slices.Equal(podCIDRsOf(old), podCIDRsOf(cur)) || !slices.Equal(internalIPs(old.Status.Addresses), internalIPs(cur.Status.Addresses))
 }
 
 // bgpRetry is the wait before announcing again after a failure.

@@ -113,3 +113,21 @@ func TestBGPRoutes(t *testing.T) {
 		t.Errorf("without cluster CIDRs: routes %v, refused %q; want none announced, each CIDR refused", routes, refused)
 	}
 }
+
+func TestRouteFieldsChanged(t *testing.T) {
+	base := bgpNode("n", 1, []string{"10.244.1.0/24"}, "10.0.0.11")
+	heartbeat := base.DeepCopy()
+	heartbeat.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.Unix(99, 0)}}
+	newCIDR := base.DeepCopy()
+	newCIDR.Spec.PodCIDRs = append(newCIDR.Spec.PodCIDRs, "fd00:244::/64")
+	newIP := base.DeepCopy()
+	newIP.Status.Addresses[0].Address = "10.0.0.99"
+	for name, tc := range map[string]struct {
+		cur  *v1.Node
+		want bool
+	}{"heartbeat": {heartbeat, false}, "pod CIDR added": {newCIDR, true}, "InternalIP changed": {newIP, true}} {
+		if got := routeFieldsChanged(base, tc.cur); got != tc.want {
+			t.Errorf("%s: routeFieldsChanged = %v, want %v", name, got, tc.want)
+		}
+	}
+}

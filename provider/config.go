@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/labcloud/labcloud/bgp"
 	"github.com/labcloud/labcloud/lb"
 )
 
@@ -145,7 +146,7 @@ func DefaultConfig() Config {
 		AddressSources: []string{SourceDHCPLeases, SourceARP},
 		ResyncPeriod:   metav1.Duration{Duration: 5 * time.Minute},
 		LoadBalancer:   LoadBalancerConfig{ServeClassless: ptr.To(true)},
-		BGP:            BGPConfig{RestartTime: metav1.Duration{Duration: 120 * time.Second}},
+		BGP:            BGPConfig{RestartTime: metav1.Duration{Duration: bgp.DefaultRestartTime}},
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Daemons is where Debian installs FRR's daemons.
@@ -179,18 +181,14 @@ func reachable(dir string, uid int) error {
 func (r *Router) pidFile(daemon string) string { return filepath.Join(r.dir, daemon+".pid") }
 
 func waitFor(ctx context.Context, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no %s: %w", path, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(path)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no %s: %w", path, err)
 	}
+	return nil
 }
 
 // Stop ends every daemon (SIGTERM, then SIGKILL after 5 s) and waits
@@ -284,7 +282,22 @@ func (r *Router) BGPRoutes(ctx context.Context, family string) (map[netip.Prefix
 	return routes, nil
 }
 
-// ErrNoSession is returned by Neighbor for a peer the router does not know.
+// WaitBGPRoutes polls the router's BGP routes of one family until ok
+// holds, and returns them; on timeout, the last ones read with the error.
+func (r *Router) WaitBGPRoutes(ctx context.Context, family string, timeout time.Duration, ok func(map[netip.Prefix]Route) bool) (map[netip.Prefix]Route, error) {
+	var last map[netip.Prefix]Route
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		rib, err := r.BGPRoutes(ctx, family)
+		if err != nil {
+			return false, err
+		}
+		last = rib
+		return ok(rib), nil
+	})
+	return last, err
+}
+
+// ErrNoSession is returned by NeighborState for a peer the router does not know.
 var ErrNoSession = errors.New("no such BGP neighbor")
 
 // NeighborState is the router's BGP state for one neighbour (e.g.
@@ -310,7 +323,7 @@ func (r *Router) NeighborState(ctx context.Context, addr netip.Addr) (string, er
 // LogTail is the end of each daemon's log, for a failing test to show.
 func (r *Router) LogTail(lines int) string {
 	var b strings.Builder
-	for _, d := range []string{"zebra", "bfdd", "bgpd"} {
+	for _, d := range daemons {
 		data, _ := os.ReadFile(filepath.Join(r.dir, d+".log"))
 		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 		fmt.Fprintf(&b, "--- %s.log\n%s\n", d, strings.Join(all[max(0, len(all)-lines):], "\n"))

@@ -13,7 +13,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/labcloud/labcloud/internal/frr"
 )
@@ -149,15 +148,7 @@ func TestBGPAnnouncesPodCIDRs(t *testing.T) {
 
 func waitRIB(t testing.TB, r *frr.Router, what string, timeout time.Duration, ok func(map[netip.Prefix]frr.Route) bool) {
 	t.Helper()
-	var last map[netip.Prefix]frr.Route
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		rib, err := r.BGPRoutes(ctx, "ip")
-		if err != nil {
-			return false, err
-		}
-		last = rib
-		return ok(rib), nil
-	})
+	last, err := r.WaitBGPRoutes(context.Background(), "ip", timeout, ok)
 	if err != nil {
 		t.Fatalf("%s: not within %s (%v); the router's BGP routes: %v", what, timeout, err, last)
 	}
