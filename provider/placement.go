@@ -28,7 +28,7 @@ import (
 // Passes run on EnsureLoadBalancer and friends, on every domain change, on
 // Node and EndpointSlice changes that alter what a pass reads
 // (placement_watch.go), when a hypervisor comes back, when a hold or a
-// damping ends, and periodically: the service controller does not call
+// damping or an endpoint's warm-up ends, and periodically: the service controller does not call
 // UpdateLoadBalancer on readiness changes, so this is what moves a VIP off
 // a node that died.
 
@@ -61,6 +61,8 @@ type placementConfig struct {
 	vipRoutes   pathSetter // the host's routes to VIPs; nil: ARP alone
 	// localDamping is LocalPolicyDamping unless a test shortens it.
 	localDamping time.Duration
+	// localWarmup is LocalEndpointWarmup unless a test shortens it.
+	localWarmup time.Duration
 }
 
 type placement struct {
@@ -97,6 +99,10 @@ type placement struct {
 	// dampedUntil is, for each VIP this process has set on a node, when
 	// the localDamping after that set ends; the pass owns it.
 	dampedUntil map[netip.Addr]time.Time
+	// endpointAges is when each Local-policy Service's ready endpoints
+	// were first seen on their nodes (LocalEndpointWarmup); the pass owns
+	// it.
+	endpointAges endpointAges
 
 	mu sync.Mutex
 	// reportAt is when this process saw a Node's Ready report change, by
@@ -115,12 +121,16 @@ func newPlacement(cfg placementConfig) *placement {
 	if cfg.localDamping == 0 {
 		cfg.localDamping = LocalPolicyDamping
 	}
+	if cfg.localWarmup == 0 {
+		cfg.localWarmup = LocalEndpointWarmup
+	}
 	return &placement{
 		placementConfig: cfg,
 		kick:            make(chan struct{}, 1),
 		passing:         make(chan struct{}, 1),
 		known:           map[string]nodeFacts{},
 		dampedUntil:     map[netip.Addr]time.Time{},
+		endpointAges:    endpointAges{},
 		reportAt:        map[string]time.Time{},
 		awaiting:        map[string]bool{},
 	}

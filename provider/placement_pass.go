@@ -29,15 +29,24 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 			return
 		}
 	}
-	snap := p.snapshot(ctx, given)
+	now := time.Now()
+	snap := p.snapshot(ctx, given, now)
 	defer clear(snap.views) // keeps no Node the informer has replaced
-	holdEnds := p.apply(ctx, decide(snap, p.ann.Answering(), p.dampedUntil, time.Now()), given)
+	holdEnds := p.apply(ctx, decide(snap, p.ann.Answering(), p.dampedUntil, now), given)
 	// A released VIP's damping goes with it.
 	maps.DeleteFunc(p.dampedUntil, func(ip netip.Addr, _ time.Time) bool { _, claimed := snap.vips[ip]; return !claimed })
 	answering := p.ann.Answering() // after this pass's changes
 	p.applySpread(ctx, snap, answering)
 	p.conds.update(answers(snap, answering))
-	p.wakeAt(holdEnds)
+	p.wakeAt(earliest(holdEnds, snap.warmedAt))
+}
+
+// earliest is the earlier of two times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // apply makes the announcer do what changes say, with the events, logs and

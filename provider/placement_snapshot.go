@@ -52,6 +52,9 @@ type snapshot struct {
 	// it, at most maxSpreadPaths, best first: the first answers it, the
 	// spread route goes via all. VIPs no node may answer are left out.
 	ranked map[netip.Addr][]string
+	// warmedAt is when the next node waiting out LocalEndpointWarmup may
+	// serve a VIP; zero if none waits.
+	warmedAt time.Time
 }
 
 // nodeView is what a pass knows of one Node.
@@ -96,8 +99,8 @@ func roleOf(n *v1.Node, known bool) nodeRole {
 type vipClaim struct {
 	services []string // keys of the Services holding it
 	// onlyOn is nil, or the nodes with a ready endpoint of each of its
-	// Services with externalTrafficPolicy Local: the only ones that may
-	// answer it.
+	// Services with externalTrafficPolicy Local, past its warm-up: the
+	// only ones that may answer it.
 	onlyOn   map[string]bool
 	affinity bool // a Service on it wants ClientIP session affinity
 	// rankAs is the VIP it ranks as, to be answered by the same node (a
@@ -154,6 +157,7 @@ func (s *snapshot) reset(nodes int) {
 	clear(s.byMAC)
 	s.unavailable = false
 	s.vips, s.ranked = nil, nil
+	s.warmedAt = time.Time{}
 }
 
 // add appends v, indexing it by name if it is a listed Node's and by MAC
@@ -221,7 +225,7 @@ func (s *snapshot) rank() {
 // last known facts. The snapshot's slices and maps are the last pass's,
 // emptied: new ones for every pass were much of what the CCM allocates in
 // a large cluster.
-func (p *placement) snapshot(ctx context.Context, given givenServices) snapshot {
+func (p *placement) snapshot(ctx context.Context, given givenServices, now time.Time) snapshot {
 	snap := &p.snap
 	if p.readNodes(ctx, snap) {
 		p.mu.Lock()
@@ -229,7 +233,7 @@ func (p *placement) snapshot(ctx context.Context, given givenServices) snapshot 
 		snap.judge(p.reportAt, p.awaiting)
 		p.mu.Unlock()
 	}
-	snap.vips = p.claims(given)
+	snap.vips, snap.warmedAt = p.claims(given, now)
 	snap.rank()
 	return *snap
 }
@@ -295,11 +299,14 @@ func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
 	return nil
 }
 
-// claims reads the claimed VIPs and their Services' policies.
-func (p *placement) claims(given givenServices) map[netip.Addr]vipClaim {
+// claims reads the claimed VIPs and their Services' policies at now, and
+// says when the next endpoint's warm-up ends (zero if none waits).
+func (p *placement) claims(given givenServices, now time.Time) (map[netip.Addr]vipClaim, time.Time) {
 	vips := p.alloc.VIPs()
 	rankAs := lb.RankKeys(vips)
 	out := make(map[netip.Addr]vipClaim, len(vips))
+	local := map[string]bool{} // the Local-policy Services seen
+	var warmedAt time.Time
 	for _, v := range vips {
 		if !v.Claimed {
 			continue
@@ -314,7 +321,9 @@ func (p *placement) claims(given givenServices) map[netip.Addr]vipClaim {
 			if s.Spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal {
 				continue
 			}
-			with := p.endpointNodes(s)
+			local[k] = true
+			with, next := p.endpointAges.serving(k, p.endpointNodes(s), now, p.localWarmup)
+			warmedAt = earliest(warmedAt, next)
 			if c.onlyOn == nil {
 				c.onlyOn = with
 				continue
@@ -323,7 +332,8 @@ func (p *placement) claims(given givenServices) map[netip.Addr]vipClaim {
 		}
 		out[v.IP] = c
 	}
-	return out
+	p.endpointAges.keepOnly(local)
+	return out, warmedAt
 }
 
 // lookupService is the Service with key k: the call's copy, else the cache's.
