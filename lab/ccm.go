@@ -33,7 +33,8 @@ import (
 func labCloudConfig(f IPFamily, router bool) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
-	cfg.Hypervisors = []provider.HypervisorConfig{{URI: labURI, Zone: "lab-host"}}
+	cfg.Host = labHost
+	cfg.Hypervisors = []provider.HypervisorConfig{{URI: labURI, Zone: labHost, Host: labHost, Bridge: Bridge}}
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
 	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: f.addressing().pools, RoutedTraffic: provider.RoutedSpread}

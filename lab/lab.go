@@ -30,6 +30,7 @@ const (
 	// The network's DHCP range: subnet.dhcpFirst-dhcpLast.
 	dhcpFirst, dhcpLast = 100, 199
 	labURI              = "qemu:///system"                   // the lab's libvirtd
+	labHost             = "lab-host"                         // the lab's one hypervisor host, also its zone
 	CCMProcess          = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
 )
 

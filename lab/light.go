@@ -205,7 +205,8 @@ func grantSimulator(ctx context.Context, client kubernetes.Interface) error {
 func lightCloudConfig(st *State) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
-	cfg.Hypervisors = []provider.HypervisorConfig{{URI: st.LibvirtURI(), Zone: lightZone}}
+	cfg.Host = labHost
+	cfg.Hypervisors = []provider.HypervisorConfig{{URI: st.LibvirtURI(), Zone: lightZone, Host: labHost}}
 	cfg.AddressSources = []string{provider.SourceGuestAgent}
 	return cfg
 }

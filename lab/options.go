@@ -242,6 +242,9 @@ func CheckLabCloudConfig(cfg provider.Config) error {
 		}
 		bad("hypervisors", strings.Join(uris, ","), "must be exactly one, uri "+labURI+" (the lab's libvirtd)")
 	}
+	if len(cfg.Hypervisors) == 1 && cfg.Hypervisors[0].Bridge != Bridge {
+		bad("hypervisors[0].bridge", cfg.Hypervisors[0].Bridge, "must be the lab's bridge "+Bridge+": the guests' NICs are on it")
+	}
 	if len(cfg.Networks) > 0 && !slices.Contains(cfg.Networks, NetworkName) {
 		bad("networks", strings.Join(cfg.Networks, ","), "must be empty or list the lab's network "+NetworkName)
 	}

@@ -77,6 +77,7 @@ func TestValidate(t *testing.T) {
 		{"cloud config unknown field", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "region:", "regoin:") }, []string{"--cloud-config", "regoin"}},
 		{"cloud config bad field", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "zone: bench-1", "zone: 'not a label'") }, []string{"--cloud-config", "hypervisors[0].zone"}},
 		{"cloud config other hypervisor", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "qemu:///system", "qemu:///session") }, []string{"--cloud-config", "hypervisors", "qemu:///session"}},
+		{"cloud config other guest bridge", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "zone: bench-1", "zone: bench-1, bridge: virbr0") }, []string{"hypervisors[0].bridge", "virbr0"}},
 		{"cloud config other network", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "networks: [labcloud]", "networks: [default]") }, []string{"networks", `"default"`}},
 		{"cloud config without routes", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "routes: {bridge: lcbr0, metric: 100}\n", "") }, []string{"routes.bridge"}},
 		{"cloud config other protocol", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "metric: 100", "protocol: 77") }, []string{"routes.protocol", "77"}},

@@ -1,12 +1,14 @@
 package provider
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +28,9 @@ import (
 type Config struct {
 	// Region is applied as topology.kubernetes.io/region to every Node.
 	Region string `json:"region"`
+	// Host is the hypervisor host this CCM runs on (default: its
+	// hostname). With hypervisors on several hosts it must name one.
+	Host string `json:"host"`
 	// Hypervisors are the libvirt connections; each one is a zone.
 	Hypervisors []HypervisorConfig `json:"hypervisors"`
 	// Networks are the libvirt networks whose DHCP leases give node
@@ -114,6 +119,13 @@ type HypervisorConfig struct {
 	URI string `json:"uri"`
 	// Zone defaults to the URI's host, or "local" for a local URI.
 	Zone string `json:"zone"`
+	// Host is the hypervisor host's name: the URI's host, else this
+	// machine (Config.Host).
+	Host string `json:"host"`
+	// Bridge is the bridge this hypervisor's guests use (default:
+	// loadBalancer.bridge, else routes.bridge): where a guest's MAC is
+	// looked for, as bridges on several hosts may be named apart.
+	Bridge string `json:"bridge"`
 }
 
 // InstanceTypesConfig: a domain gets the first listed size that holds its
@@ -199,31 +211,13 @@ func (c *Config) complete() error {
 	if !labelValue.MatchString(c.Region) {
 		bad("region", c.Region, "must be a valid label value (letters, digits, '-', '_', '.'; at most 63)")
 	}
+	c.completeHost(bad)
 	if len(c.Hypervisors) == 0 {
 		errs = append(errs, errors.New("hypervisors: at least one libvirt URI is required"))
 	}
-	zones := map[string]int{}
-	for i := range c.Hypervisors {
-		h := &c.Hypervisors[i]
-		field := fmt.Sprintf("hypervisors[%d]", i)
-		u, err := url.Parse(h.URI)
-		if h.URI == "" || err != nil || !uriScheme.MatchString(h.URI) {
-			bad(field+".uri", h.URI, "is not a libvirt URI (e.g. qemu:///system)")
-			continue
-		}
-		if h.Zone == "" {
-			h.Zone = "local"
-			if u.Hostname() != "" {
-				h.Zone = u.Hostname()
-			}
-		}
-		if !labelValue.MatchString(h.Zone) {
-			bad(field+".zone", h.Zone, "must be a valid label value")
-		}
-		if j, dup := zones[h.Zone]; dup {
-			bad(field+".zone", h.Zone, fmt.Sprintf("is also the zone of hypervisors[%d]; give each hypervisor its own zone", j))
-		}
-		zones[h.Zone] = i
+	c.completeHypervisors(bad)
+	if hosts := c.hypervisorHosts(); len(hosts) > 1 && !slices.Contains(hosts, c.Host) {
+		bad("host", c.Host, fmt.Sprintf("is not the host of any hypervisor (%s); name the one this CCM runs on", strings.Join(hosts, ", ")))
 	}
 	for i, n := range c.Networks {
 		if n == "" {
@@ -300,6 +294,90 @@ func (c *Config) complete() error {
 		bad("resyncPeriod", c.ResyncPeriod.Duration, "must be at least 1s")
 	}
 	return errors.Join(errs...)
+}
+
+// badValue reports a field's bad value and why it is bad.
+type badValue func(field string, value any, why string)
+
+// completeHost defaults host to this machine's hostname.
+func (c *Config) completeHost(bad badValue) {
+	if c.Host == "" {
+		name, err := os.Hostname()
+		if err != nil {
+			bad("host", "", "is not set and this machine's hostname cannot be read: "+err.Error())
+			return
+		}
+		c.Host = name
+	}
+	if !labelValue.MatchString(c.Host) {
+		bad("host", c.Host, "must be a valid label value (set host if this machine's hostname is not one)")
+	}
+}
+
+// completeHypervisors fills each hypervisor's zone, host and bridge, and
+// validates them; it runs after completeHost.
+func (c *Config) completeHypervisors(bad badValue) {
+	zones := map[string]int{}
+	for i := range c.Hypervisors {
+		h := &c.Hypervisors[i]
+		field := fmt.Sprintf("hypervisors[%d]", i)
+		u, err := url.Parse(h.URI)
+		if h.URI == "" || err != nil || !uriScheme.MatchString(h.URI) {
+			bad(field+".uri", h.URI, "is not a libvirt URI (e.g. qemu:///system)")
+			continue
+		}
+		if h.Zone == "" {
+			h.Zone = cmp.Or(u.Hostname(), "local")
+		}
+		if !labelValue.MatchString(h.Zone) {
+			bad(field+".zone", h.Zone, "must be a valid label value")
+		}
+		if j, dup := zones[h.Zone]; dup {
+			bad(field+".zone", h.Zone, fmt.Sprintf("is also the zone of hypervisors[%d]; give each hypervisor its own zone", j))
+		}
+		zones[h.Zone] = i
+		if h.Host == "" {
+			h.Host = cmp.Or(u.Hostname(), c.Host)
+		}
+		if !labelValue.MatchString(h.Host) {
+			bad(field+".host", h.Host, "must be a valid label value")
+		}
+		if h.Bridge == "" {
+			h.Bridge = cmp.Or(c.LoadBalancer.Bridge, c.Routes.Bridge)
+		}
+	}
+}
+
+// hypervisorHosts are the distinct hosts of the hypervisors, sorted.
+func (c *Config) hypervisorHosts() []string {
+	var hosts []string
+	for _, h := range c.Hypervisors {
+		if h.Host != "" {
+			hosts = append(hosts, h.Host)
+		}
+	}
+	slices.Sort(hosts)
+	return slices.Compact(hosts)
+}
+
+// hypervisorOf is the hypervisor whose zone is zone (a Domain's
+// Hypervisor field).
+func (c *Config) hypervisorOf(zone string) (HypervisorConfig, bool) {
+	for _, h := range c.Hypervisors {
+		if h.Zone == zone {
+			return h, true
+		}
+	}
+	return HypervisorConfig{}, false
+}
+
+// guestBridges maps each hypervisor's zone to the bridge its guests use.
+func (c *Config) guestBridges() map[string]string {
+	out := make(map[string]string, len(c.Hypervisors))
+	for _, h := range c.Hypervisors {
+		out[h.Zone] = h.Bridge
+	}
+	return out
 }
 
 // UsesGuestAgent reports whether the guest agent is an address source; it

@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,39 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("zones: %+v", c.Hypervisors)
 			}
 		}},
+		{name: "hosts and bridges", yaml: `
+host: kvm1.lan
+loadBalancer: {bridge: br-lan, pools: [{name: lab, addresses: [10.0.0.0/28]}]}
+routes: {bridge: br-pods}
+hypervisors:
+- {uri: 'qemu+ssh://root@kvm1.lan/system'}
+- {uri: 'qemu+ssh://kvm2.lan/system', host: kvm-two, bridge: br0}
+- {uri: 'qemu:///system', zone: here}`, check: func(t *testing.T, c Config) {
+			want := []HypervisorConfig{
+				{URI: "qemu+ssh://root@kvm1.lan/system", Zone: "kvm1.lan", Host: "kvm1.lan", Bridge: "br-lan"},
+				{URI: "qemu+ssh://kvm2.lan/system", Zone: "kvm2.lan", Host: "kvm-two", Bridge: "br0"},
+				{URI: "qemu:///system", Zone: "here", Host: "kvm1.lan", Bridge: "br-lan"},
+			}
+			if !slices.Equal(c.Hypervisors, want) {
+				t.Errorf("hypervisors = %+v, want %+v", c.Hypervisors, want)
+			}
+		}},
+		{name: "host defaults to this machine", yaml: "hypervisors: [{uri: 'qemu:///system'}]", check: func(t *testing.T, c Config) {
+			name, _ := os.Hostname()
+			if c.Host != name || c.Hypervisors[0].Host != name || c.Hypervisors[0].Bridge != "" {
+				t.Errorf("host %q, hypervisor %+v; want host %q and no bridge", c.Host, c.Hypervisors[0], name)
+			}
+		}},
+		{name: "bridge from routes without a load balancer", yaml: "routes: {bridge: virbr1}", check: func(t *testing.T, c Config) {
+			if c.Hypervisors[0].Bridge != "virbr1" {
+				t.Errorf("bridge = %q, want routes.bridge", c.Hypervisors[0].Bridge)
+			}
+		}},
+		{name: "one remote host needs no host of its own", yaml: "host: ctl\nhypervisors: [{uri: 'qemu+ssh://kvm1.lan/system'}]", check: func(t *testing.T, c Config) {
+			if c.Host != "ctl" || c.Hypervisors[0].Host != "kvm1.lan" {
+				t.Errorf("host %q, hypervisor %+v", c.Host, c.Hypervisors[0])
+			}
+		}},
 		{name: "guest agent source", yaml: "addressSources: [guest-agent, dhcp-leases]", check: func(t *testing.T, c Config) {
 			if !c.UsesGuestAgent() {
 				t.Error("guest agent not detected")
@@ -37,6 +72,10 @@ func TestLoadConfig(t *testing.T) {
 		{name: "empty hypervisor list", yaml: "hypervisors: []", wantErr: "hypervisors: at least one"},
 		{name: "bad uri", yaml: "hypervisors: [{uri: 'not a uri'}]", wantErr: `hypervisors[0].uri: "not a uri"`},
 		{name: "duplicate zone", yaml: "hypervisors: [{uri: 'qemu:///system'}, {uri: 'test:///default'}]", wantErr: `hypervisors[1].zone: "local"`},
+		{name: "host not a label value", yaml: "host: 'kvm 1'", wantErr: `host: "kvm 1" must be a valid label value`},
+		{name: "hypervisor host not a label value", yaml: "hypervisors: [{uri: 'qemu:///system'}, {uri: 'test:///default', zone: t, host: 'kvm/2'}]", wantErr: `hypervisors[1].host: "kvm/2" must be a valid label value`},
+		{name: "host not among several", yaml: "host: ctl\nhypervisors: [{uri: 'qemu+ssh://kvm1.lan/system'}, {uri: 'qemu+ssh://kvm2.lan/system'}]",
+			wantErr: `host: "ctl" is not the host of any hypervisor (kvm1.lan, kvm2.lan)`},
 		{name: "bad address source", yaml: "addressSources: [dhcp]", wantErr: `addressSources[0]: "dhcp"`},
 		{name: "repeated address source", yaml: "addressSources: [arp, arp]", wantErr: `addressSources[1]: "arp" is listed twice`},
 		{name: "bad size", yaml: "instanceTypes: {sizes: [{name: small, vcpus: 0, memoryMiB: 512}]}", wantErr: "instanceTypes.sizes[0].vcpus"},
