@@ -170,7 +170,7 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 		selectsNS: pools.SelectsNamespaces(),
 		ann:       ann,
 		place: newPlacement(placementConfig{
-			bridge: cfg.Bridge, hypervisors: hvs, instances: in, alloc: alloc, ann: ann, vipRoutes: vipRoutes,
+			bridge: cfg.Bridge, bridges: in.cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, vipRoutes: vipRoutes,
 		}),
 		loaded: make(chan struct{}),
 		warned: map[string]string{},

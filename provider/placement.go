@@ -54,6 +54,7 @@ const (
 // placementConfig is what placement works with, fixed at construction.
 type placementConfig struct {
 	bridge      string
+	bridges     map[string]string // by zone: the bridge each hypervisor's guests use, if not bridge
 	hypervisors []Hypervisor
 	instances   *instances
 	alloc       *lb.Allocator

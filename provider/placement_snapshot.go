@@ -20,7 +20,7 @@ import (
 type nodeFacts struct {
 	uuid  string
 	state libvirtcloud.State
-	mac   net.HardwareAddr // the domain's NIC on the bridge; nil if none
+	mac   net.HardwareAddr // the domain's NIC on its hypervisor's bridge; nil if none
 	fresh bool             // from a hypervisor that answered in this pass
 	// lastDown is when the domain cache saw the domain go down (host
 	// clock). The cache runs from process start, so it also covers what
@@ -255,7 +255,7 @@ func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
 		d, _, err := p.instances.find(ctx, n)
 		switch {
 		case err == nil:
-			v.facts = nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridge), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
+			v.facts = nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridgeOf(d.Hypervisor)), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
 			v.known = true
 		case errors.Is(err, libvirtcloud.ErrNotFound):
 		default:
@@ -285,6 +285,16 @@ func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
 		}
 	}
 	return true
+}
+
+// bridgeOf is the bridge the guests of the hypervisor of zone use: a
+// node's MAC is looked for there, as bridges on several hosts may be
+// named apart.
+func (p *placement) bridgeOf(zone string) string {
+	if b := p.bridges[zone]; b != "" {
+		return b
+	}
+	return p.bridge
 }
 
 func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
