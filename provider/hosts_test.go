@@ -93,3 +93,17 @@ func TestPlacementFindsMACsOnTheirHypervisorsBridge(t *testing.T) {
 		t.Errorf("eligible = %q, want node-c alone", snap.eligible)
 	}
 }
+
+// Each Node is labelled with its hypervisor's host, beside its zone.
+func TestNodesAreLabelledWithTheirHost(t *testing.T) {
+	in, _ := twoHosts(t).InstancesV2()
+	for name, want := range map[string][2]string{"node-a": {"zone-a", "kvm-a"}, "node-c": {"zone-b", "kvm-b"}} {
+		md, err := in.InstanceMetadata(context.Background(), node(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [2]string{md.AdditionalLabels[LabelHypervisor], md.AdditionalLabels[LabelHost]}; got != want {
+			t.Errorf("%s: hypervisor and host labels %q, want %q", name, got, want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ const providerIDPrefix = ProviderName + "://"
 // Labels the provider adds to every Node it initializes.
 const (
 	LabelHypervisor = "libvirt.labcloud.io/hypervisor"
+	LabelHost       = "libvirt.labcloud.io/host" // the hypervisor's host
 	LabelDomainType = "libvirt.labcloud.io/domain-type"
 )
 
@@ -95,6 +96,9 @@ func (in *instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*clou
 			"node", node.Name, "domain", d.Name, "nodeIP", missing, "addresses", ips)
 	}
 	labels := map[string]string{LabelHypervisor: d.Hypervisor}
+	if hc, ok := in.cfg.hypervisorOf(d.Hypervisor); ok && hc.Host != "" {
+		labels[LabelHost] = hc.Host
+	}
 	if d.Type != "" {
 		labels[LabelDomainType] = d.Type
 	}

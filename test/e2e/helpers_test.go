@@ -243,6 +243,7 @@ func serviceAccountToken(t testing.TB) string {
 // libvirtCloudConfig is the cloud config for the e2e libvirtd.
 func libvirtCloudConfig() string {
 	return fmt.Sprintf(`region: e2e
+host: e2e-host
 hypervisors:
   - uri: qemu:///system
     zone: e2e-zone

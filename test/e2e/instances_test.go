@@ -34,6 +34,7 @@ func TestNodeInitializedFromDomain(t *testing.T) {
 		"topology.kubernetes.io/zone":            "e2e-zone",
 		"topology.kubernetes.io/region":          "e2e",
 		"libvirt.labcloud.io/hypervisor":         "e2e-zone",
+		"libvirt.labcloud.io/host":               "e2e-host",
 		"libvirt.labcloud.io/domain-type":        "qemu",
 		"failure-domain.beta.kubernetes.io/zone": "e2e-zone",
 	} {
