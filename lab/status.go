@@ -21,6 +21,7 @@ import (
 	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider"
 )
 
 // Status is the lab at a glance: node ↔ domain ↔ addresses ↔ pod CIDR ↔
@@ -48,6 +49,7 @@ type RouterStatus struct {
 // NodeStatus is one lab node.
 type NodeStatus struct {
 	Name        string   `json:"name"`
+	Host        string   `json:"host"` // the hypervisor host: the CCM's label libvirt.labcloud.io/host
 	Domain      string   `json:"domain"`
 	DomainState string   `json:"domainState"`
 	MAC         string   `json:"mac"`
@@ -124,18 +126,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		}
 	}
 	for _, n := range nodes.Items {
-		ns := NodeStatus{Name: n.Name, ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, Ready: "Unknown"}
-		for _, c := range n.Status.Conditions {
-			if c.Type == v1.NodeReady {
-				ns.Ready = string(c.Status)
-			}
-		}
-		for _, a := range n.Status.Addresses {
-			ns.Addresses = append(ns.Addresses, fmt.Sprintf("%s=%s", a.Type, a.Address))
-		}
-		for _, t := range n.Spec.Taints {
-			ns.Taints = append(ns.Taints, t.Key)
-		}
+		ns := nodeRow(&n)
 		if d, ok := domains[n.Name]; ok {
 			ns.Domain, ns.DomainState, ns.MAC = n.Name, d.State, d.MAC
 		}
@@ -165,6 +156,23 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	sort.SliceStable(out.Services, func(i, j int) bool { return out.Services[i].Service < out.Services[j].Service })
 	return out, nil
+}
+
+// nodeRow is what the Node itself says of its row.
+func nodeRow(n *v1.Node) NodeStatus {
+	ns := NodeStatus{Name: n.Name, Host: n.Labels[provider.LabelHost], ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, Ready: "Unknown"}
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			ns.Ready = string(c.Status)
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		ns.Addresses = append(ns.Addresses, fmt.Sprintf("%s=%s", a.Type, a.Address))
+	}
+	for _, t := range n.Spec.Taints {
+		ns.Taints = append(ns.Taints, t.Key)
+	}
+	return ns
 }
 
 // serviceRows are a LoadBalancer Service's VIPs (one row without a VIP
@@ -209,9 +217,9 @@ func serviceRows(s *v1.Service, side hostSide) []ServiceStatus {
 // WriteTable prints the status as two tables.
 func (s *Status) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tDOMAIN\tSTATE\tREADY\tADDRESSES\tPOD CIDR\tROUTE\tROUTER (BGP)\tPROVIDER ID")
+	fmt.Fprintln(tw, "NODE\tHOST\tDOMAIN\tSTATE\tREADY\tADDRESSES\tPOD CIDR\tROUTE\tROUTER (BGP)\tPROVIDER ID")
 	for _, n := range s.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Domain), dash(n.DomainState), n.Ready,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Host), dash(n.Domain), dash(n.DomainState), n.Ready,
 			dash(strings.Join(n.Addresses, ",")), dash(strings.Join(n.PodCIDRs, ",")), dash(n.Route), dash(n.RouterRoute), dash(n.ProviderID))
 	}
 	if s.Router != nil {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"encoding/json"
 	"net"
 	"net/netip"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider"
 )
 
 func lbSvc(name string, ips []string, conds ...metav1.Condition) *v1.Service {
@@ -105,5 +107,29 @@ func TestRouterRoutes(t *testing.T) {
 		if got := routerRoutes(rib, tc.cidrs); got != tc.want {
 			t.Errorf("routerRoutes(%v) = %q, want %q", tc.cidrs, got, tc.want)
 		}
+	}
+}
+
+// A node's row names its hypervisor's host, from the CCM's label; a Node
+// the CCM has not labelled yet shows none.
+func TestNodeRowsShowTheHost(t *testing.T) {
+	labelled := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lab-node-1", Labels: map[string]string{provider.LabelHost: "kvm-a"}},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	st := &Status{Nodes: []NodeStatus{nodeRow(labelled), nodeRow(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lab-node-2"}})}}
+	if st.Nodes[0].Host != "kvm-a" || st.Nodes[0].Ready != "True" || st.Nodes[1].Host != "" || st.Nodes[1].Ready != "Unknown" {
+		t.Fatalf("rows %+v", st.Nodes)
+	}
+
+	var out bytes.Buffer
+	st.WriteTable(&out)
+	lines := strings.Split(out.String(), "\n")
+	for i, want := range []string{"NODE HOST DOMAIN STATE READY", "lab-node-1 kvm-a - - True", "lab-node-2 - - - Unknown"} {
+		if got := strings.Join(strings.Fields(lines[i]), " "); !strings.HasPrefix(got, want) {
+			t.Errorf("table line %d = %q, want it to start with %q", i, got, want)
+		}
+	}
+	data, err := json.Marshal(st.Nodes[0])
+	if err != nil || !strings.Contains(string(data), `"host":"kvm-a"`) {
+		t.Errorf("JSON %s, %v; want host kvm-a", data, err)
 	}
 }

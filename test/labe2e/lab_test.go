@@ -241,6 +241,9 @@ func TestLab(t *testing.T) {
 		if !strings.HasPrefix(n.ProviderID, "libvirt://") || n.Ready != "True" || n.DomainState != "running" {
 			t.Errorf("node %s not initialized/ready/running: %+v", n.Name, n)
 		}
+		if n.Host == "" {
+			t.Errorf("node %s has no HOST in status (the CCM's label libvirt.labcloud.io/host): %+v", n.Name, n)
+		}
 		for _, a := range n.Addresses {
 			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok && strings.HasPrefix(ip, "10.123.0.1") {
 				internalIP[n.Name] = ip
