@@ -14,33 +14,48 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/bgp"
 )
 
-// bgpAnnouncer keeps the BGP speaker's routes equal to the Nodes' pod
-// CIDRs. It owns the speaker: started with the component, stopped
-// gracefully when the CCM stops, so that peers keep every route while
-// it restarts.
+// bgpAnnouncer keeps the BGP speaker's routes equal to the pod CIDRs of
+// the Nodes on this replica's host. Every replica runs one from start-up,
+// leader or not: a host's routes come from the replica on that host, so a
+// lost host takes only its own Nodes' routes with it, and a restarted CCM
+// announces again without waiting for the leader lease. It owns the
+// speaker, stopped gracefully when the CCM stops, so that peers keep every
+// route while it restarts.
 type bgpAnnouncer struct {
 	opts    bgp.Options
-	cluster []netip.Prefix // --cluster-cidr: the only CIDRs announced
+	cluster []netip.Prefix      // --cluster-cidr: the only CIDRs announced
+	onHost  func(*v1.Node) bool // whether a Node runs on this replica's host
 	nodes   corelisters.NodeLister
 	synced  cache.InformerSynced
 	changed chan struct{} // capacity 1: a pending recompute
 }
 
-func newBGPAnnouncer(cfg BGPConfig, cluster []netip.Prefix) (*bgpAnnouncer, error) {
-	opts, err := cfg.SpeakerOptions()
+func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error) {
+	opts, err := cfg.BGP.SpeakerOptions()
 	if err != nil {
 		return nil, err
 	}
-	return &bgpAnnouncer{opts: opts, cluster: cluster, changed: make(chan struct{}, 1)}, nil
+	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), changed: make(chan struct{}, 1)}, nil
 }
 
-func (a *bgpAnnouncer) start(ctx context.Context, _ kubernetes.Interface, factory informers.SharedInformerFactory, _ record.EventRecorder) error {
+// startReplica starts a in this replica with an informer of its own on
+// client, the CCM's client from before it leads (the shared informers
+// start only in the leader).
+func (a *bgpAnnouncer) startReplica(ctx context.Context, client kubernetes.Interface) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TrimForCache))
+	if err := a.start(ctx, factory); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	return nil
+}
+
+func (a *bgpAnnouncer) start(ctx context.Context, factory informers.SharedInformerFactory) error {
 	inf := factory.Core().V1().Nodes()
 	a.nodes, a.synced = inf.Lister(), inf.Informer().HasSynced
 	poke := func() {
@@ -87,7 +102,7 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	for {
 		nodes, err := a.nodes.List(labels.Everything())
 		if err == nil {
-			routes, refused := bgpRoutes(nodes, podCIDRRules{cluster: a.cluster})
+			routes, refused := bgpRoutes(nodes, podCIDRRules{cluster: a.cluster}, a.onHost)
 			if !slices.Equal(refused, lastRefused) {
 				for _, r := range refused {
 					log.Info("Pod CIDR not announced", "why", r)
@@ -110,14 +125,17 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	}
 }
 
-// bgpRoutes are the routes to announce: each Node's pod CIDRs that the
-// rules allow (inside --cluster-cidr, not special, one owner), via the
-// Node's first InternalIP of the CIDR's family. refused says, per CIDR
-// left out, why.
-func bgpRoutes(nodes []*v1.Node, rules podCIDRRules) (routes []bgp.Route, refused []string) {
+// bgpRoutes are the routes to announce: the pod CIDRs of each Node on
+// this host (onHost) that the rules allow (inside --cluster-cidr, not
+// special, one owner among all Nodes), via the Node's first InternalIP of
+// the CIDR's family. refused says, per CIDR of this host left out, why.
+func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
 	owners := podCIDROwners(nodes)
 	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
+		if !onHost(n) {
+			continue // its own host's replica announces it
+		}
 		addrs := internalIPs(n.Status.Addresses)
 		for _, cidr := range podCIDRsOf(n) {
 			if owners[cidr] != n.Name {

@@ -94,7 +94,8 @@ func TestBGPRoutes(t *testing.T) {
 		bgpNode("e-newer-claim", 2, []string{"10.244.1.0/24"}, "10.0.0.15"),
 		bgpNode("f-no-cidr", 1, nil, "10.0.0.16"),
 	}
-	routes, refused := bgpRoutes(nodes, rules)
+	everyNode := func(*v1.Node) bool { return true }
+	routes, refused := bgpRoutes(nodes, rules, everyNode)
 	r := func(p, hop string) bgp.Route {
 		return bgp.Route{Prefix: netip.MustParsePrefix(p), NextHop: netip.MustParseAddr(hop)}
 	}
@@ -109,7 +110,7 @@ func TestBGPRoutes(t *testing.T) {
 	if !reflect.DeepEqual(refused, wantRefused) {
 		t.Errorf("refused = %q, want %q", refused, wantRefused)
 	}
-	if routes, refused := bgpRoutes(nodes, podCIDRRules{}); len(routes) != 0 || len(refused) != 6 {
+	if routes, refused := bgpRoutes(nodes, podCIDRRules{}, everyNode); len(routes) != 0 || len(refused) != 6 {
 		t.Errorf("without cluster CIDRs: routes %v, refused %q; want none announced, each CIDR refused", routes, refused)
 	}
 }
@@ -129,5 +130,45 @@ func TestRouteFieldsChanged(t *testing.T) {
 		if got := routeFieldsChanged(base, tc.cur); got != tc.want {
 			t.Errorf("%s: routeFieldsChanged = %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+// TestBGPRoutesOfThisHostOnly: with hypervisors on two hosts, each
+// replica announces only the Nodes of its own host's zones, while a CIDR's
+// owner is still decided over every Node.
+func TestBGPRoutesOfThisHostOnly(t *testing.T) {
+	cfg := Config{Host: "kvm1", Hypervisors: []HypervisorConfig{
+		{URI: "qemu:///system", Zone: "z1", Host: "kvm1"},
+		{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"},
+	}}
+	inZone := func(n *v1.Node, zone string) *v1.Node {
+		if zone != "" {
+			n.Labels = map[string]string{v1.LabelTopologyZone: zone}
+		}
+		return n
+	}
+	nodes := []*v1.Node{
+		inZone(bgpNode("a-kvm1", 1, []string{"10.244.1.0/24"}, "10.0.0.11"), "z1"),
+		inZone(bgpNode("b-kvm2", 1, []string{"10.244.2.0/24"}, "10.0.0.12"), "z2"),
+		inZone(bgpNode("c-kvm1-newer-claim", 2, []string{"10.244.2.0/24"}, "10.0.0.13"), "z1"),
+		inZone(bgpNode("d-no-zone-yet", 1, []string{"10.244.4.0/24"}, "10.0.0.14"), ""),
+	}
+	rules := podCIDRRules{cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+	routes, _ := bgpRoutes(nodes, rules, cfg.onThisHost())
+	want := []bgp.Route{{Prefix: netip.MustParsePrefix("10.244.1.0/24"), NextHop: netip.MustParseAddr("10.0.0.11")}}
+	if !reflect.DeepEqual(routes, want) {
+		t.Errorf("kvm1 announces %v, want %v (its own Node only; 10.244.2.0/24 is b-kvm2's, announced on kvm2)", routes, want)
+	}
+	cfg.Host = "kvm2"
+	routes, _ = bgpRoutes(nodes, rules, cfg.onThisHost())
+	want = []bgp.Route{{Prefix: netip.MustParsePrefix("10.244.2.0/24"), NextHop: netip.MustParseAddr("10.0.0.12")}}
+	if !reflect.DeepEqual(routes, want) {
+		t.Errorf("kvm2 announces %v, want %v", routes, want)
+	}
+
+	// One host, even a remote one this CCM does not run on: every Node.
+	one := Config{Host: "ctl", Hypervisors: []HypervisorConfig{{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"}}}
+	if routes, _ := bgpRoutes(nodes, rules, one.onThisHost()); len(routes) != 3 {
+		t.Errorf("with one hypervisor host the CCM announces %v, want the 3 CIDRs of every Node", routes)
 	}
 }

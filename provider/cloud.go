@@ -5,6 +5,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -82,6 +83,9 @@ type Flags struct {
 	// ClusterCIDRs are --cluster-cidr's (ParseClusterCIDRs): the only
 	// ranges pod-CIDR routes may go to. Without them no route is created.
 	ClusterCIDRs []netip.Prefix
+	// Client is the CCM's client, usable before this replica leads: what
+	// runs in every replica (BGP) watches the cluster with it.
+	Client kubernetes.Interface
 }
 
 // Open connects to every configured hypervisor (in the background: an
@@ -147,11 +151,17 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		}
 	}
 	if cfg.BGP.Enabled() {
-		if c.bgp, err = newBGPAnnouncer(cfg.BGP, flags.ClusterCIDRs); err != nil {
+		if flags.Client == nil {
+			return nil, errors.New("bgp: no client to watch the Nodes with")
+		}
+		if c.bgp, err = newBGPAnnouncer(&c.cfg, flags.ClusterCIDRs); err != nil {
 			return nil, err
 		}
 		if len(flags.ClusterCIDRs) == 0 {
 			klog.FromContext(ctx).Info("bgp is set but --cluster-cidr is not: no pod CIDR will be announced")
+		}
+		if err := c.bgp.startReplica(ctx, flags.Client); err != nil {
+			return nil, fmt.Errorf("bgp: %w", err)
 		}
 	}
 	return c, nil
@@ -223,9 +233,6 @@ func (c *Cloud) components() []component {
 	}
 	if c.lbOff != nil {
 		parts = append(parts, c.lbOff)
-	}
-	if c.bgp != nil {
-		parts = append(parts, c.bgp)
 	}
 	return parts
 }

@@ -371,6 +371,21 @@ func (c *Config) hypervisorOf(zone string) (HypervisorConfig, bool) {
 	return HypervisorConfig{}, false
 }
 
+// onThisHost says whether a Node runs on this CCM's host: its zone's
+// hypervisor is on Host. With hypervisors on one host (or none named),
+// every Node is: no other replica would announce it. With several, a Node
+// whose zone names no hypervisor (not yet initialized) is no host's yet.
+func (c *Config) onThisHost() func(*v1.Node) bool {
+	if len(c.hypervisorHosts()) <= 1 {
+		return func(*v1.Node) bool { return true }
+	}
+	mine := map[string]bool{} // zones on this host
+	for _, h := range c.Hypervisors {
+		mine[h.Zone] = h.Host == c.Host
+	}
+	return func(n *v1.Node) bool { return mine[n.Labels[v1.LabelTopologyZone]] }
+}
+
 // guestBridges maps each hypervisor's zone to the bridge its guests use.
 func (c *Config) guestBridges() map[string]string {
 	out := make(map[string]string, len(c.Hypervisors))

@@ -73,7 +73,7 @@ func main() {
 		if err != nil {
 			klog.Fatalf("libvirt cloud provider: %v", err)
 		}
-		cloud, err := provider.Open(context.Background(), cfg, provider.Flags{ClusterCIDRs: clusterCIDRs})
+		cloud, err := provider.Open(context.Background(), cfg, provider.Flags{ClusterCIDRs: clusterCIDRs, Client: c.VersionedClient})
 		if err != nil {
 			klog.Fatalf("libvirt cloud provider: %v", err)
 		}
