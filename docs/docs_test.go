@@ -634,6 +634,9 @@ loadBalancer: {bridge: br0, pools: [{name: p, addresses: [192.0.2.1]}]}
 	}
 	// What that document sets itself is not a default.
 	setByTest := []string{"routes.bridge", "loadBalancer.bridge", "loadBalancer.pools"}
+	// Defaults taken from this machine or from other fields: their rows
+	// say so in words.
+	fromElsewhere := map[string]bool{"host": true, "hypervisors[].host": true, "hypervisors[].bridge": true}
 	defaults := reflect.ValueOf(provider.DefaultConfig())
 	derived := map[string]any{
 		"routes.protocol": int(netroutes.DefaultProtocol),
@@ -664,6 +667,12 @@ loadBalancer: {bridge: br0, pools: [{name: p, addresses: [192.0.2.1]}]}
 		if !ok {
 			if !f.group {
 				t.Errorf("%s: cloud-config field %s has no row", reference, f.path)
+			}
+			continue
+		}
+		if fromElsewhere[f.path] {
+			if strings.TrimSpace(row[1]) == "" {
+				t.Errorf("%s: %s's row does not say where its default comes from", reference, f.path)
 			}
 			continue
 		}
