@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -431,54 +432,62 @@ func silentConsoles(guests map[string]guest, deadline time.Time, poll time.Durat
 
 // waitLab waits up to timeout until every lab node is Ready and
 // initialized by the CCM (providerID), has a pod CIDR, and its route is on
-// the bridge, printing progress as it changes.
+// the bridge, printing progress as it changes. On timeout it names, per
+// node not done, what that node lacks.
 func waitLab(ctx context.Context, client kubernetes.Interface, st *State, timeout time.Duration, out io.Writer) error {
-	last := ""
+	var (
+		last    labProgress // from the last check that could read everything
+		lastErr error       // of the last check, nil when it could
+		printed string
+	)
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ready, msg := labReady(ctx, client, st)
-		if !ready && msg != last {
+		var p labProgress
+		p, lastErr = labReady(ctx, client, st)
+		msg := p.String()
+		if lastErr != nil {
+			msg = lastErr.Error()
+		} else {
+			last = p
+		}
+		if msg != printed && (lastErr != nil || !p.done()) {
 			fmt.Fprintf(out, "           waiting: %s\n", msg)
 		}
-		last = msg
-		return ready, nil
+		printed = msg
+		return lastErr == nil && p.done(), nil
 	})
 	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("lab not ready after %s (--wait): %s (guest consoles: labcloud logs %s)", timeout, last, nodeName(1))
+		return labTimeoutError(timeout, last, lastErr)
 	}
 	return err
 }
 
-func labReady(ctx context.Context, client kubernetes.Interface, st *State) (bool, string) {
+// labTimeoutError says what the lab's nodes still lack after timeout,
+// from the last check that could read everything, and why the last check
+// could not if it could not.
+func labTimeoutError(timeout time.Duration, last labProgress, lastErr error) error {
+	msg := fmt.Sprintf("lab not ready after %s (--wait)", timeout)
+	if last != nil {
+		msg += ": " + last.String() + formatLacks(last.missing())
+	}
+	if lastErr != nil {
+		msg += "\n  the last check failed: " + lastErr.Error()
+	}
+	return errors.New(msg + "\n  (logs: labcloud logs NODE for a guest's console, labcloud logs ccm; the logs export holds both)")
+}
+
+// labReady judges the lab's nodes from the API server's Nodes and the
+// CCM's routes on the bridge.
+func labReady(ctx context.Context, client kubernetes.Interface, st *State) (labProgress, error) {
 	routes, err := ownedRoutes()
 	if err != nil {
-		return false, err.Error()
+		return nil, fmt.Errorf("routes on %s: %w", Bridge, err)
 	}
-	var registered, initialized, cidr, routed int
-	for _, name := range st.Nodes {
-		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			continue
-		}
-		registered++
-		if n.Spec.ProviderID != "" && nodeIsReady(n) {
-			initialized++
-		}
-		// One pod CIDR of each of the cluster's families, each routed.
-		if cidrs := podCIDRs(n); len(cidrs) == len(st.IPFamily.addressing().clusterCIDRs) {
-			cidr++
-			all := true
-			for _, c := range cidrs {
-				_, ok := routes[c]
-				all = all && ok
-			}
-			if all {
-				routed++
-			}
-		}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Nodes: %w", err)
 	}
-	total := len(st.Nodes)
-	msg := fmt.Sprintf("%d/%d registered, %d/%d Ready+initialized, %d/%d pod CIDRs, %d/%d routes", registered, total, initialized, total, cidr, total, routed, total)
-	return initialized == total && routed == total, msg
+	// One pod CIDR of each of the cluster's families, each routed.
+	return judgeLab(st.Nodes, nodes.Items, len(st.IPFamily.addressing().clusterCIDRs), routes), nil
 }
 
 // podCIDRs are a Node's pod CIDRs, one per family.
