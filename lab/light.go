@@ -3,11 +3,13 @@ package lab
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -256,7 +258,7 @@ func countLight(nodes []v1.Node) lightProgress {
 	for i := range nodes {
 		n := &nodes[i]
 		p.registered++
-		if n.Spec.ProviderID != "" && n.Labels[v1.LabelTopologyZone] == lightZone && !tainted(n, "node.cloudprovider.kubernetes.io/uninitialized") {
+		if len(lightUninitialized(n)) == 0 {
 			p.initialized++
 		}
 		if nodeIsReady(n) {
@@ -266,18 +268,68 @@ func countLight(nodes []v1.Node) lightProgress {
 	return p
 }
 
+const uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
+
+// lightUninitialized names what the CCM has yet to do to the light lab's
+// Node n: none when it is initialized.
+func lightUninitialized(n *v1.Node) []string {
+	var out []string
+	if n.Spec.ProviderID == "" {
+		out = append(out, "no providerID")
+	}
+	if z := n.Labels[v1.LabelTopologyZone]; z != lightZone {
+		out = append(out, fmt.Sprintf("zone %q, want %q", z, lightZone))
+	}
+	if tainted(n, uninitializedTaint) {
+		out = append(out, "still tainted "+uninitializedTaint)
+	}
+	return out
+}
+
+// lightLacks names, for each of the light lab's nodes (names) not yet
+// registered, initialized and Ready, what it lacks.
+func lightLacks(names []string, nodes []v1.Node) []nodeLacks {
+	byName := make(map[string]*v1.Node, len(nodes))
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	var out []nodeLacks
+	for _, name := range names {
+		n := byName[name]
+		if n == nil {
+			out = append(out, nodeLacks{node: name, lacks: []string{"not registered (no Node; the simulator's log says why)"}})
+			continue
+		}
+		var lacks []string
+		if why := notReadyReason(n); why != "" {
+			lacks = append(lacks, "not Ready ("+why+")")
+		}
+		if un := lightUninitialized(n); len(un) > 0 {
+			lacks = append(lacks, "not initialized by the CCM: "+strings.Join(un, ", "))
+		}
+		if len(lacks) > 0 {
+			out = append(out, nodeLacks{node: name, lacks: lacks})
+		}
+	}
+	return out
+}
+
 // waitLight waits up to timeout until every node is registered,
 // initialized by the CCM and Ready, printing progress at most every 2 s.
+// On timeout it names, per node not done, what that node lacks.
 func waitLight(ctx context.Context, client kubernetes.Interface, st *State, timeout time.Duration, out io.Writer) error {
 	total := len(st.Nodes)
 	var cur, printed lightProgress
 	var printedAt time.Time
+	var last *v1.NodeList // the last that could be read
+	var lastErr error     // of the last List
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		// From the API server's watch cache: cheap even for thousands.
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
+		if lastErr = err; err != nil {
 			return false, nil
 		}
+		last = list
 		cur = countLight(list.Items)
 		if cur.initialized == total && cur.ready == total {
 			fmt.Fprintf(out, "           %s\n", cur)
@@ -290,9 +342,23 @@ func waitLight(ctx context.Context, client kubernetes.Interface, st *State, time
 		return false, nil
 	})
 	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("light lab not ready after %s (--wait): %s of %d (logs: labcloud logs)", timeout, cur, total)
+		return lightTimeoutError(timeout, st.Nodes, last, lastErr)
 	}
 	return err
+}
+
+// lightTimeoutError says what the light lab's nodes (names) still lack
+// after timeout, from the last List that could be read, and why the last
+// List failed if it did.
+func lightTimeoutError(timeout time.Duration, names []string, last *v1.NodeList, lastErr error) error {
+	msg := fmt.Sprintf("light lab not ready after %s (--wait)", timeout)
+	if last != nil {
+		msg += fmt.Sprintf(": %s of %d", countLight(last.Items), len(names)) + formatLacks(lightLacks(names, last.Items))
+	}
+	if lastErr != nil {
+		msg += "\n  the last check failed: list Nodes: " + lastErr.Error()
+	}
+	return errors.New(msg + "\n  (logs: labcloud logs simulator, labcloud logs ccm; the logs export holds both)")
 }
 
 // WriteSummary writes the status table, or for more than rows nodes a

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,44 @@ func TestCountLight(t *testing.T) {
 	got := countLight(nodes)
 	if want := (lightProgress{registered: 3, initialized: 1, ready: 2}); got != want {
 		t.Errorf("countLight = %+v, want %+v", got, want)
+	}
+}
+
+func TestLightTimeoutError(t *testing.T) {
+	ready := []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}
+	initialized := func(name string) v1.Node {
+		return v1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.LabelTopologyZone: lightZone}},
+			Spec:       v1.NodeSpec{ProviderID: "libvirt://" + name},
+		}
+	}
+	done := initialized("lab-node-1")
+	done.Status.Conditions = ready
+	tainted := initialized("lab-node-2")
+	tainted.Spec.Taints = []v1.Taint{kubeletsim.UninitializedTaint}
+	tainted.Status.Conditions = ready
+	bare := v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lab-node-3"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{
+		{Type: v1.NodeReady, Status: v1.ConditionUnknown, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."}}}}
+	names := []string{"lab-node-1", "lab-node-2", "lab-node-3", "lab-node-4"}
+	list := &v1.NodeList{Items: []v1.Node{done, tainted, bare}}
+
+	got := lightTimeoutError(3*time.Minute, names, list, nil).Error()
+	for _, want := range []string{
+		"light lab not ready after 3m0s (--wait): 3 registered, 1 initialized (providerID, zone, no uninitialized taint), 2 Ready of 4\n",
+		"\n  lab-node-2: not initialized by the CCM: still tainted node.cloudprovider.kubernetes.io/uninitialized\n",
+		"\n  lab-node-3: not Ready (NodeStatusUnknown: Kubelet stopped posting node status.); not initialized by the CCM: no providerID, zone \"\", want \"lab-host\"\n",
+		"\n  lab-node-4: not registered",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("error does not say %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "lab-node-1") {
+		t.Errorf("error names lab-node-1, which is done:\n%s", got)
+	}
+	got = lightTimeoutError(time.Minute, names, nil, errors.New("connection refused")).Error()
+	if !strings.HasPrefix(got, "light lab not ready after 1m0s (--wait)\n  the last check failed: list Nodes: connection refused\n") {
+		t.Errorf("with no List read, error = %q", got)
 	}
 }
 
