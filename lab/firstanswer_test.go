@@ -1,0 +1,123 @@
+package lab
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// event is an event about the object of that kind, name and uid in
+// "default", last seen at.
+func event(name, kind, object string, uid types.UID, typ, reason, message string, at time.Time) *v1.Event {
+	return &v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: name, Namespace: "default"},
+		InvolvedObject: v1.ObjectReference{Kind: kind, Namespace: "default", Name: object, UID: uid},
+		Type:           typ, Reason: reason, Message: message,
+		LastTimestamp: metav1.NewTime(at),
+	}
+}
+
+// TestWhyNoAnswer is the case seen on a host: the sandbox of the first
+// answer's pod could not be made, and the error said only "running -".
+func TestWhyNoAnswer(t *testing.T) {
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "labcloud-first-answer-x7k2p", Namespace: "default", UID: "pod-uid"},
+		Status: v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{
+			{Name: "netexec", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}},
+	}
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: firstAnswerApp, Namespace: "default"}}
+	sandbox := `Failed to create pod sandbox: rpc error: code = Unknown desc = failed to create containerd task: failed to create shim task: OCI runtime create failed: unknown version specified`
+	long := sandbox + ": " + strings.Repeat("x", 400)
+	client := fake.NewClientset(pod, svc,
+		event("e1", "Pod", pod.Name, pod.UID, v1.EventTypeNormal, "Scheduled", "Successfully assigned default/x to lab-node-1", t0),
+		event("e2", "Pod", pod.Name, pod.UID, v1.EventTypeWarning, "FailedMount", "an older warning", t0.Add(time.Second)),
+		event("e3", "Pod", pod.Name, pod.UID, v1.EventTypeWarning, "FailedCreatePodSandBox", long, t0.Add(2*time.Second)),
+		event("e4", "Pod", "another-pod", "other-uid", v1.EventTypeWarning, "BackOff", "not this pod's", t0.Add(time.Minute)),
+		event("e5", "Pod", pod.Name, "uid-of-an-earlier-pod-of-that-name", v1.EventTypeWarning, "Failed", "not this pod's either", t0.Add(time.Minute)),
+		event("e6", "Service", svc.Name, "", v1.EventTypeWarning, "SyncLoadBalancerFailed", "no pool has an address left", t0),
+	)
+
+	got := whyNoAnswer(context.Background(), client, pod, svc, "")
+	lines := strings.Split(got, "\n")
+	if len(lines) != 3 || lines[0] != "" {
+		t.Fatalf("want two lines of their own, got %q", got)
+	}
+	podLine := lines[1]
+	for _, want := range []string{
+		"  pod labcloud-first-answer-x7k2p: Pending, container netexec waiting: ContainerCreating; ",
+		"last Warning event FailedCreatePodSandBox: " + sandbox,
+	} {
+		if !strings.Contains(podLine, want) {
+			t.Errorf("pod line does not say %q:\n%s", want, podLine)
+		}
+	}
+	_, said, _ := strings.Cut(podLine, "last Warning event ")
+	if !strings.HasSuffix(said, "...") || len(said) > maxReasonLen {
+		t.Errorf("the event is not shortened to %d bytes (%d): %s", maxReasonLen, len(said), said)
+	}
+	if want := "  Service labcloud-first-answer: no VIP; last Warning event SyncLoadBalancerFailed: no pool has an address left"; lines[2] != want {
+		t.Errorf("Service line = %q, want %q", lines[2], want)
+	}
+
+	// With a VIP, the Service is not what is missing.
+	if got := whyNoAnswer(context.Background(), client, pod, svc, "10.123.0.200"); strings.Contains(got, "Service") {
+		t.Errorf("with a VIP, whyNoAnswer still speaks of the Service: %q", got)
+	}
+}
+
+func TestWhyNoAnswerWithoutEvents(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Status: v1.PodStatus{Phase: v1.PodRunning}}
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "default"}}
+	got := whyNoAnswer(context.Background(), fake.NewClientset(pod), pod, svc, "10.123.0.200")
+	if want := "\n  pod p: Running; no Warning event"; got != want {
+		t.Errorf("whyNoAnswer = %q, want %q", got, want)
+	}
+	got = whyNoAnswer(context.Background(), fake.NewClientset(), pod, svc, "10.123.0.200")
+	if !strings.Contains(got, `pod p: pods "p" not found`) {
+		t.Errorf("for a pod that is gone, whyNoAnswer = %q", got)
+	}
+}
+
+func TestPodState(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		pod  v1.PodStatus
+		want string
+	}{
+		{"no status yet", v1.PodStatus{}, "no phase yet"},
+		{"running", v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{
+			{Name: "netexec", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}}, "Running"},
+		{"init and main waiting", v1.PodStatus{Phase: v1.PodPending,
+			InitContainerStatuses: []v1.ContainerStatus{{Name: "init", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}},
+			ContainerStatuses:     []v1.ContainerStatus{{Name: "netexec", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{}}}}},
+			"Pending, container init waiting: ImagePullBackOff, container netexec waiting: no reason given"},
+	} {
+		if got := podState(&v1.Pod{Status: tt.pod}); got != tt.want {
+			t.Errorf("%s: podState = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestEventTime: events.k8s.io events set EventTime and their series'
+// LastObservedTime, not LastTimestamp; the newest must still win.
+func TestEventTime(t *testing.T) {
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	core := event("core", "Pod", "p", "", v1.EventTypeWarning, "Old", "", t0)
+	series := &v1.Event{InvolvedObject: v1.ObjectReference{Kind: "Pod", Name: "p"}, Type: v1.EventTypeWarning, Reason: "New",
+		EventTime: metav1.NewMicroTime(t0.Add(-time.Hour)), Series: &v1.EventSeries{LastObservedTime: metav1.NewMicroTime(t0.Add(time.Minute))}}
+	created := &v1.Event{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0.Add(-time.Minute))},
+		InvolvedObject: v1.ObjectReference{Kind: "Pod", Name: "p"}, Type: v1.EventTypeWarning, Reason: "Older"}
+	if e := newestWarning([]v1.Event{*core, *series, *created}, "Pod", "p", ""); e == nil || e.Reason != "New" {
+		t.Errorf("newestWarning = %+v, want the series' event", e)
+	}
+	if e := newestWarning([]v1.Event{*core}, "Service", "p", ""); e != nil {
+		t.Errorf("newestWarning of another kind = %+v, want none", e)
+	}
+}
