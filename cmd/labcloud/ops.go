@@ -105,25 +105,40 @@ are not copied. It copies what it can and exits non-zero naming what it could no
 			if err := requireRoot(); err != nil {
 				return err
 			}
-			if out == "" {
-				if out, err = os.MkdirTemp("", "labcloud-logs-"); err != nil {
-					return err
-				}
-			} else if err := os.MkdirAll(out, 0o755); err != nil {
+			if out, err = makeLogsDir(out, "labcloud-logs-"); err != nil {
 				return err
 			}
-			errs := []error{lab.ExportLogFiles(st, out)}
-			if err := inNetns(cmd.Context(), "export", "logs", out, "--state-dir", *dir); err != nil {
-				errs = append(errs, fmt.Errorf("the cluster's objects, events and status: %w", err))
-			}
+			err = exportLogs(cmd.Context(), *dir, st, out)
 			fmt.Fprintln(cmd.OutOrStdout(), out)
-			if err := errors.Join(errs...); err != nil {
-				return fmt.Errorf("export incomplete: %w", err)
-			}
-			return nil
+			return err
 		},
 	})
 	return cmd
+}
+
+// makeLogsDir makes dir for a logs export, or when dir is "" a new
+// temporary directory named after pattern, and returns its path.
+func makeLogsDir(dir, pattern string) (string, error) {
+	if dir == "" {
+		return os.MkdirTemp("", pattern)
+	}
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// exportLogs writes the lab's logs export into out, a directory that
+// exists: the files on the host (lab.ExportLogFiles), then the cluster's
+// objects, events and status, read from inside the lab's namespace by
+// `labcloud export logs` run there. It carries on past a failure and
+// returns every one.
+func exportLogs(ctx context.Context, stateDir string, st *lab.State, out string) error {
+	errs := []error{lab.ExportLogFiles(st, out)}
+	if err := inNetns(ctx, "export", "logs", out, "--state-dir", stateDir); err != nil {
+		errs = append(errs, fmt.Errorf("the cluster's objects, events and status: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("export incomplete: %w", err)
+	}
+	return nil
 }
 
 func kubeconfigCmd(dir *string) *cobra.Command {
