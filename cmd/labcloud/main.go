@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -91,10 +92,11 @@ func inNetnsWith(ctx context.Context, files []*os.File, args ...string) error {
 func upCmd(dir *string) *cobra.Command {
 	opts := lab.Options{Nodes: 3}
 	var (
-		keep       bool
-		waitFor    time.Duration
-		listenerFD int
-		ipFamily   = string(lab.IPv4)
+		keep        bool
+		failureLogs string
+		waitFor     time.Duration
+		listenerFD  int
+		ipFamily    = string(lab.IPv4)
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -104,6 +106,12 @@ func upCmd(dir *string) *cobra.Command {
 			// Every flag is checked before anything is made.
 			if cmd.Flags().Changed("wait") && waitFor <= 0 {
 				return &lab.FlagError{Flag: "--wait", Value: waitFor.String(), Reason: "must be positive"}
+			}
+			if cmd.Flags().Changed("logs-on-failure") {
+				if err := outputDir("--logs-on-failure", failureLogs); err != nil {
+					return err
+				}
+				failureLogs, _ = filepath.Abs(failureLogs) // outputDir made sure it can be
 			}
 			opts.Wait, opts.Dir, opts.Out = waitFor, *dir, cmd.OutOrStdout()
 			fam, err := lab.ParseIPFamily(ipFamily)
@@ -192,10 +200,7 @@ func upCmd(dir *string) *cobra.Command {
 			err = inNetnsWith(cmd.Context(), []*os.File{hostListener}, args...)
 			hostListener.Close()
 			if err != nil {
-				if !keep {
-					fmt.Fprintln(cmd.ErrOrStderr(), "labcloud up failed; removing what it made (use --keep-on-failure to inspect)")
-					_ = lab.Down(*dir, cmd.ErrOrStderr())
-				}
+				afterFailedUp(cmd.Context(), cmd.ErrOrStderr(), *dir, failureLogs, keep)
 				return fmt.Errorf("up: %w", err)
 			}
 			// Here, in the host's namespace, the forwarder is checked end to end.
@@ -204,10 +209,7 @@ func upCmd(dir *string) *cobra.Command {
 				err = lab.CheckHostAPIServer(cmd.Context(), st)
 			}
 			if err != nil {
-				if !keep {
-					fmt.Fprintln(cmd.ErrOrStderr(), "labcloud up failed; removing what it made (use --keep-on-failure to inspect)")
-					_ = lab.Down(*dir, cmd.ErrOrStderr())
-				}
+				afterFailedUp(cmd.Context(), cmd.ErrOrStderr(), *dir, failureLogs, keep)
 				return fmt.Errorf("up: %w", err)
 			}
 			if !opts.Light { // a light up ends with a status summary of its own
@@ -223,6 +225,7 @@ func upCmd(dir *string) *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&opts.Nodes, "nodes", opts.Nodes, fmt.Sprintf("number of nodes: guest VMs (1-%d), or simulated nodes with --light (1-%d)", lab.MaxNodes, lab.MaxLightNodes))
 	f.BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
+	f.StringVar(&failureLogs, "logs-on-failure", "", "where a failed up writes its logs export (default: a new directory labcloud-up-failed-* under $TMPDIR or /tmp)")
 	f.BoolVar(&opts.Light, "light", opts.Light, "no guests and no libvirtd: libvirt's test driver and simulated nodes")
 	f.StringVar(&ipFamily, "ip-family", ipFamily, "the cluster's IP family: ipv4, ipv6 or dual (IPv4 first); ipv6 and dual add an IPv6 /64 with RA and DHCPv6 to the lab's network (full lab only)")
 	f.DurationVar(&waitFor, "wait", 0, fmt.Sprintf("how long up waits for every Node to be Ready and initialized (default %s; with --light 3m plus 100ms per node)", lab.DefaultWait))
@@ -231,6 +234,45 @@ func upCmd(dir *string) *cobra.Command {
 	f.IntVar(&listenerFD, "host-listener-fd", 0, "descriptor of the host listener the forwarder serves (set by up itself)")
 	_ = f.MarkHidden("host-listener-fd")
 	return cmd
+}
+
+// afterFailedUp writes the logs export of a failed up into logsDir (a new
+// temporary directory when "") and, unless keep, removes what up made. It
+// says on w what it did; up's own error is the caller's to return.
+func afterFailedUp(ctx context.Context, w io.Writer, stateDir, logsDir string, keep bool) {
+	exportFailedUp(ctx, w, stateDir, logsDir)
+	if !keep {
+		fmt.Fprintln(w, "labcloud up failed; removing what it made (use --keep-on-failure to inspect)")
+		_ = lab.Down(stateDir, w)
+	}
+}
+
+// failedUpExportTimeout bounds the export of a failed up: an API server
+// that hangs must not hold up the teardown for long.
+const failedUpExportTimeout = 2 * time.Minute
+
+// exportFailedUp exports what the failed up left, naming the directory
+// before it starts so that even an export cut short is found, or says why
+// there is nothing to export.
+func exportFailedUp(ctx context.Context, w io.Writer, stateDir, logsDir string) {
+	// An up cut short by a signal still leaves its logs: the export
+	// outlives ctx, for a bounded time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedUpExportTimeout)
+	defer cancel()
+	st, err := lab.LoadState(stateDir)
+	if err != nil {
+		fmt.Fprintf(w, "no logs of the failed up to export: %v\n", err)
+		return
+	}
+	out, err := makeLogsDir(logsDir, "labcloud-up-failed-")
+	if err != nil {
+		fmt.Fprintf(w, "could not export the logs of the failed up: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "logs of the failed up: %s\n", out)
+	if err := exportLogs(ctx, stateDir, st, out); err != nil {
+		fmt.Fprintf(w, "logs of the failed up: %v\n", err)
+	}
 }
 
 // simulateCmd is the light lab's simulated kubelets; `up --light` starts it

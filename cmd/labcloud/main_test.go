@@ -119,6 +119,8 @@ func TestBadFlagsTouchNothing(t *testing.T) {
 		{[]string{"up", "--host-listener-fd", "1"}, []string{"--host-listener-fd 1"}},
 		{[]string{"up", "extra"}, []string{"extra"}},
 		{[]string{"up", "--no-such-flag"}, []string{"--no-such-flag"}},
+		{[]string{"up", "--logs-on-failure", badConfig}, []string{"--logs-on-failure " + badConfig}},
+		{[]string{"up", "--logs-on-failure", "/nonexistent/a/b"}, []string{"--logs-on-failure /nonexistent/a/b"}},
 		{[]string{"status", "-o", "yaml"}, []string{"--output yaml"}},
 		{[]string{"bench", "--runs", "0"}, []string{"--runs 0"}},
 		{[]string{"bench", "--output", "/nonexistent/b.json"}, []string{"--output /nonexistent/b.json"}},
@@ -207,6 +209,66 @@ func fakeLab(t *testing.T, light bool) (dir string, st *lab.State) {
 		}
 	}
 	return dir, st
+}
+
+// TestFailedUpExportsLogs: a failed up says where its logs export went
+// and writes the host's files there even when the cluster cannot be
+// asked; with --keep-on-failure it removes nothing. The part run in the
+// lab's namespace is refused (as from inside it), so no lab is touched.
+func TestFailedUpExportsLogs(t *testing.T) {
+	t.Setenv(insideEnv, "1")
+	t.Setenv("TMPDIR", t.TempDir())
+	dir, _ := fakeLab(t, false)
+	for _, tt := range []struct{ name, logs string }{
+		{"--logs-on-failure", filepath.Join(t.TempDir(), "logs")},
+		{"a new temporary directory", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var w bytes.Buffer
+			afterFailedUp(context.Background(), &w, dir, tt.logs, true)
+			out := w.String()
+			first, _, _ := strings.Cut(out, "\n")
+			logs, ok := strings.CutPrefix(first, "logs of the failed up: ")
+			if !ok || (tt.logs != "" && logs != tt.logs) || (tt.logs == "" && !strings.HasPrefix(filepath.Base(logs), "labcloud-up-failed-")) {
+				t.Fatalf("first line %q does not name the logs directory; output:\n%s", first, out)
+			}
+			if data, err := os.ReadFile(filepath.Join(logs, "ccm.log")); err != nil || string(data) != "I'm the CCM\n" {
+				t.Errorf("ccm.log in the export = %q, %v", data, err)
+			}
+			if !strings.Contains(out, "export incomplete: the cluster's objects, events and status: already inside") {
+				t.Errorf("the export's failure is not said:\n%s", out)
+			}
+			if strings.Contains(out, "removing") {
+				t.Errorf("with keep, the failed lab is removed:\n%s", out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "state.json")); err != nil {
+				t.Errorf("with keep, the lab's state is gone: %v", err)
+			}
+		})
+	}
+}
+
+func TestFailedUpWithoutState(t *testing.T) {
+	var w bytes.Buffer
+	afterFailedUp(context.Background(), &w, t.TempDir(), "", true)
+	if !strings.HasPrefix(w.String(), "no logs of the failed up to export: ") {
+		t.Errorf("output = %q", w.String())
+	}
+}
+
+// TestExportBeforeControlPlane: an up that failed before its control
+// plane ran has only the host's files, and that export is complete.
+func TestExportBeforeControlPlane(t *testing.T) {
+	t.Setenv(insideEnv, "1") // the namespace part, if tried, fails
+	dir, st := fakeLab(t, false)
+	st.Kubeconfig = ""
+	out := t.TempDir()
+	if err := exportLogs(context.Background(), dir, st, out); err != nil {
+		t.Fatalf("exportLogs: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "ccm.log")); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestNodeAndLogsNamesChecked(t *testing.T) {

@@ -132,8 +132,11 @@ func makeLogsDir(dir, pattern string) (string, error) {
 // returns every one.
 func exportLogs(ctx context.Context, stateDir string, st *lab.State, out string) error {
 	errs := []error{lab.ExportLogFiles(st, out)}
-	if err := inNetns(ctx, "export", "logs", out, "--state-dir", stateDir); err != nil {
-		errs = append(errs, fmt.Errorf("the cluster's objects, events and status: %w", err))
+	// An up that failed before its control plane ran has no cluster to ask.
+	if st.Kubeconfig != "" {
+		if err := inNetns(ctx, "export", "logs", out, "--state-dir", stateDir); err != nil {
+			errs = append(errs, fmt.Errorf("the cluster's objects, events and status: %w", err))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("export incomplete: %w", err)
