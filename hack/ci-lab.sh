@@ -6,6 +6,7 @@
 #                    up to LABCLOUD_WAIT; writes the host kubeconfig to
 #                    LABCLOUD_KUBECONFIG and, under GitHub Actions, exports
 #                    KUBECONFIG and kubectl's directory to the later steps.
+#                    A failed up leaves its logs export in LABCLOUD_LOGS.
 #   ci-lab.sh down   exports the lab's logs into LABCLOUD_LOGS, then takes it down.
 # Runs as root (it re-runs itself with sudo when it is not).
 set -euo pipefail
@@ -40,7 +41,15 @@ up() {
   kvm_for_all
   hack/install-deps.sh
   make build tools
-  "$lc" up --nodes "$nodes" --ip-family "$family" --wait "$wait"
+  # A failed up removes the lab, so down would find nothing to export: up
+  # writes its own export where down would, the one path a job uploads.
+  rm -rf "$logs"
+  "$lc" up --nodes "$nodes" --ip-family "$family" --wait "$wait" --logs-on-failure "$logs" || {
+    rc=$?
+    chmod -R a+rX "$logs" 2>/dev/null || true
+    echo "ci-lab: up failed; its logs are in $logs" >&2
+    exit "$rc"
+  }
   "$lc" kubeconfig >"$kubeconfig"
   chmod 0644 "$kubeconfig"
   tools=$(hack/build-tools.sh | tail -1)
