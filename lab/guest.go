@@ -14,6 +14,8 @@ type guest struct {
 	name                 string
 	kernel, initrd, disk string
 	console              string
+	// hostCoresEach is the host's CPU count over the lab's guest count.
+	hostCoresEach int
 }
 
 // boot defines the guest's domain of type typ (accelKVM or accelTCG) and
@@ -32,6 +34,7 @@ func (g guest) boot(c *libvirt.Connect, typ string) error {
 }
 
 func (g guest) domainXML(typ string) string {
+	vcpus := g.vcpus(typ)
 	return fmt.Sprintf(`<domain type='%s'>
   <name>%s</name>
   <memory unit='MiB'>%d</memory>
@@ -62,7 +65,7 @@ func (g guest) domainXML(typ string) string {
     <serial type='file'><source path='%s' append='on'/><target port='0'/></serial>
     <memballoon model='none'/>
   </devices>
-</domain>`, typ, g.name, guestMemoryMiB, guestVCPUs, cpuModel(typ), features(typ), g.kernel, g.initrd, image.Cmdline, g.disk, nodeMAC(g.index), NetworkName, g.console)
+</domain>`, typ, g.name, guestMemoryMiB, vcpus, cpuModel(typ), features(typ, vcpus), g.kernel, g.initrd, image.Cmdline, g.disk, nodeMAC(g.index), NetworkName, g.console)
 }
 
 // Guest size: kubelet, containerd and kube-proxy with a few pods fit in 1 GiB
@@ -72,6 +75,17 @@ const (
 	guestMemoryMiB = 1024
 	guestVCPUs     = 2
 )
+
+// vcpus is the guest's vCPU count under typ: guestVCPUs, but under TCG
+// only when the host has that many cores for each guest. An emulated vCPU
+// is a host thread that is busy whenever the guest runs on it, and TCG
+// pays dearly for vCPUs that outnumber the host's cores (docs/performance.md).
+func (g guest) vcpus(typ string) int {
+	if typ == accelKVM || g.hostCoresEach >= guestVCPUs {
+		return guestVCPUs
+	}
+	return 1
+}
 
 // cpuModel passes the host CPU through under KVM; under TCG it asks for
 // every feature QEMU emulates (libvirt's default, qemu64, lacks the vector
@@ -90,10 +104,19 @@ func cpuModel(domainType string) string {
 // failover the lab measures. A guest's hot code fits in far less.
 const tcgCacheMiB = 256
 
-// features sets TCG's translation cache (libvirt >= 8.0); KVM has none.
-func features(domainType string) string {
-	if domainType == accelKVM {
+// features turns ACPI on for a guest of more than one vCPU (Debian's cloud
+// kernel finds other CPUs only in ACPI's tables; a one-vCPU guest boots
+// faster without it), and sets TCG's translation cache (libvirt >= 8.0).
+func features(domainType string, vcpus int) string {
+	var f string
+	if vcpus > 1 {
+		f = "<acpi/>"
+	}
+	if domainType != accelKVM {
+		f += fmt.Sprintf("<tcg><tb-cache unit='MiB'>%d</tb-cache></tcg>", tcgCacheMiB)
+	}
+	if f == "" {
 		return ""
 	}
-	return fmt.Sprintf("<features><tcg><tb-cache unit='MiB'>%d</tb-cache></tcg></features>", tcgCacheMiB)
+	return "<features>" + f + "</features>"
 }

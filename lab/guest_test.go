@@ -29,6 +29,36 @@ func TestDomainXMLPerAccelerator(t *testing.T) {
 	}
 }
 
+// TestGuestVCPUs: KVM guests get guestVCPUs; TCG guests only when the
+// host has that many cores for each.
+func TestGuestVCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		typ           string
+		hostCoresEach int
+		want          int
+	}{
+		{accelKVM, 0, guestVCPUs},
+		{accelKVM, 1, guestVCPUs},
+		{accelTCG, 0, 1}, // 2 cores, 3 guests
+		{accelTCG, 1, 1}, // 2 cores, 2 guests
+		{accelTCG, 2, guestVCPUs},
+		{accelTCG, 8, guestVCPUs},
+	} {
+		g := guest{index: 1, name: "lab-node-1", hostCoresEach: tc.hostCoresEach}
+		var d libvirtxml.Domain
+		if err := d.Unmarshal(g.domainXML(tc.typ)); err != nil {
+			t.Fatal(err)
+		}
+		if d.VCPU == nil || int(d.VCPU.Value) != tc.want {
+			t.Errorf("%s with %d host cores per guest: vcpu %+v, want %d", tc.typ, tc.hostCoresEach, d.VCPU, tc.want)
+		}
+		// Without ACPI the guest kernel sees one vCPU, whatever it has.
+		if acpi := d.Features != nil && d.Features.ACPI != nil; acpi != (tc.want > 1) {
+			t.Errorf("%s with %d vCPUs: ACPI %v", tc.typ, tc.want, acpi)
+		}
+	}
+}
+
 // TestSilentConsoles: a guest that wrote to its console is not silent; one
 // with an empty or missing console is, once the deadline passes; waiting
 // ends early when every guest has written.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -369,7 +370,8 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		if err := image.WriteNodeInitrd(initrd, art.Initramfs, files); err != nil {
 			return err
 		}
-		g := guest{index: i, name: name, initrd: initrd, kernel: art.Kernel, disk: disk.Path, console: consoleLog(u.st.Dir, name)}
+		g := guest{index: i, name: name, initrd: initrd, kernel: art.Kernel, disk: disk.Path, console: consoleLog(u.st.Dir, name),
+			hostCoresEach: runtime.NumCPU() / u.opts.Nodes}
 		if err := g.boot(c, typ); err != nil {
 			return err
 		}
