@@ -27,10 +27,10 @@ import (
 // announcer with their events, logs and metrics (placement_pass.go).
 // Passes run on EnsureLoadBalancer and friends, on every domain change, on
 // Node and EndpointSlice changes that alter what a pass reads
-// (placement_watch.go), when a hypervisor comes back, when a hold or a
-// damping or an endpoint's warm-up ends, and periodically: the service controller does not call
-// UpdateLoadBalancer on readiness changes, so this is what moves a VIP off
-// a node that died.
+// (placement_watch.go), when a hypervisor comes back, when a hold, a
+// damping or an endpoint's warm-up ends, and periodically: the service
+// controller does not call UpdateLoadBalancer on readiness changes, so
+// this is what moves a VIP off a node that died.
 
 // DomainEvents is a hypervisor's stream of domain changes.
 // *libvirtcloud.Hypervisor satisfies it.
