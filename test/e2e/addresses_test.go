@@ -8,9 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A NotReady Node named unlike its domain, with no system UUID, known only
@@ -22,9 +20,14 @@ func TestNodeMatchedByAddressIsNotDeleted(t *testing.T) {
 	// The domain gets its lease after the CCM read the leases at start.
 	uuid, mac := defineDomain(t, "e2e-byaddr", true)
 	ip := waitLease(t, mac)
-	createNode(t, "worker-by-address", "")
-	setNodeAddresses(t, "worker-by-address", []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}})
-	setReady(t, "worker-by-address", v1.ConditionFalse)
+	// Registered with its address and NotReady in one write, as a kubelet
+	// with --node-ip registers: a Node first seen with neither could
+	// rightly be deleted by the lifecycle controller's next pass.
+	now := metav1.Now()
+	createNodeWithStatus(t, "worker-by-address", v1.NodeStatus{
+		Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}},
+		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionFalse, Reason: "E2E", LastHeartbeatTime: now, LastTransitionTime: now}},
+	})
 
 	n := waitNode(t, "worker-by-address", "initialization by address", 30*time.Second, func(n *v1.Node) bool {
 		return n == nil || n.Spec.ProviderID != ""
@@ -75,25 +78,5 @@ func TestARPSourceIgnoresPermanentEntries(t *testing.T) {
 	}
 	if len(internal) != 1 || internal[0] != ip {
 		t.Fatalf("InternalIPs = %v, want only %s (the guest's), never the VIP %s", internal, ip, vip)
-	}
-}
-
-// setNodeAddresses sets the Node's status addresses, as a kubelet would.
-func setNodeAddresses(t testing.TB, name string, addrs []v1.NodeAddress) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		n, err := env.admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		n.Status.Addresses = addrs
-		_, err = env.admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatalf("set addresses of node %s: %v", name, err)
 	}
 }

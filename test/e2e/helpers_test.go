@@ -259,9 +259,21 @@ const shutdownTaint = "node.cloudprovider.kubernetes.io/shutdown"
 // does: with the uninitialized taint and no providerID.
 func createNode(t testing.TB, name string, ready v1.ConditionStatus) *v1.Node {
 	t.Helper()
+	n := createNodeWithStatus(t, name, v1.NodeStatus{})
+	if ready != "" {
+		setReady(t, name, ready)
+	}
+	return n
+}
+
+// createNodeWithStatus creates an uninitialized Node with status in the
+// same write; it is deleted after the test.
+func createNodeWithStatus(t testing.TB, name string, status v1.NodeStatus) *v1.Node {
+	t.Helper()
 	n := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       v1.NodeSpec{Taints: []v1.Taint{{Key: uninitializedTaint, Value: "true", Effect: v1.TaintEffectNoSchedule}}},
+		Status:     status,
 	}
 	n, err := env.admin.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
 	if err != nil {
@@ -270,8 +282,8 @@ func createNode(t testing.TB, name string, ready v1.ConditionStatus) *v1.Node {
 	t.Cleanup(func() {
 		_ = env.admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	if ready != "" {
-		setReady(t, name, ready)
+	if len(n.Status.Addresses) != len(status.Addresses) || len(n.Status.Conditions) != len(status.Conditions) {
+		t.Fatalf("node %s created without the status it was given: %+v", name, n.Status)
 	}
 	return n
 }
