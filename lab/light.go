@@ -3,7 +3,6 @@ package lab
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -289,10 +288,7 @@ func lightUninitialized(n *v1.Node) []string {
 // lightLacks names, for each of the light lab's nodes (names) not yet
 // registered, initialized and Ready, what it lacks.
 func lightLacks(names []string, nodes []v1.Node) []nodeLacks {
-	byName := make(map[string]*v1.Node, len(nodes))
-	for i := range nodes {
-		byName[nodes[i].Name] = &nodes[i]
-	}
+	byName := nodesByName(nodes)
 	var out []nodeLacks
 	for _, name := range names {
 		n := byName[name]
@@ -351,14 +347,14 @@ func waitLight(ctx context.Context, client kubernetes.Interface, st *State, time
 // after timeout, from the last List that could be read, and why the last
 // List failed if it did.
 func lightTimeoutError(timeout time.Duration, names []string, last *v1.NodeList, lastErr error) error {
-	msg := fmt.Sprintf("light lab not ready after %s (--wait)", timeout)
+	summary, lacks := "", []nodeLacks(nil)
 	if last != nil {
-		msg += fmt.Sprintf(": %s of %d", countLight(last.Items), len(names)) + formatLacks(lightLacks(names, last.Items))
+		summary, lacks = fmt.Sprintf("%s of %d", countLight(last.Items), len(names)), lightLacks(names, last.Items)
 	}
 	if lastErr != nil {
-		msg += "\n  the last check failed: list Nodes: " + lastErr.Error()
+		lastErr = fmt.Errorf("list Nodes: %w", lastErr)
 	}
-	return errors.New(msg + "\n  (logs: labcloud logs simulator, labcloud logs ccm; the logs export holds both)")
+	return waitTimeoutError("light lab", timeout, summary, lacks, lastErr, "labcloud logs simulator, labcloud logs ccm")
 }
 
 // WriteSummary writes the status table, or for more than rows nodes a

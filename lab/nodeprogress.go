@@ -1,8 +1,10 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
@@ -85,10 +87,7 @@ type labProgress []nodeProgress
 // judgeLab judges every node the lab booted (names) from the Nodes the API
 // server holds and the CCM's routes on the bridge by destination CIDR.
 func judgeLab(names []string, nodes []v1.Node, wantCIDRs int, routes map[string]string) labProgress {
-	byName := make(map[string]*v1.Node, len(nodes))
-	for i := range nodes {
-		byName[nodes[i].Name] = &nodes[i]
-	}
+	byName := nodesByName(nodes)
 	out := make(labProgress, 0, len(names))
 	for _, name := range names {
 		out = append(out, judgeLabNode(name, byName[name], wantCIDRs, routes))
@@ -134,6 +133,30 @@ func count(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// nodesByName indexes nodes by name.
+func nodesByName(nodes []v1.Node) map[string]*v1.Node {
+	byName := make(map[string]*v1.Node, len(nodes))
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	return byName
+}
+
+// waitTimeoutError is what a wait for the nodes of lab says after timeout:
+// summary and lacks from the last check that could read everything ("" and
+// nil if none could), why the last check failed if it did, and where the
+// logs are.
+func waitTimeoutError(lab string, timeout time.Duration, summary string, lacks []nodeLacks, lastErr error, logs string) error {
+	msg := fmt.Sprintf("%s not ready after %s (--wait)", lab, timeout)
+	if summary != "" {
+		msg += ": " + summary + formatLacks(lacks)
+	}
+	if lastErr != nil {
+		msg += "\n  the last check failed: " + lastErr.Error()
+	}
+	return errors.New(msg + "\n  (logs: " + logs + "; the logs export holds both)")
 }
 
 // nodeLacks is what one node still lacks, in words.

@@ -3,7 +3,6 @@ package lab
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -467,14 +466,11 @@ func waitLab(ctx context.Context, client kubernetes.Interface, st *State, timeou
 // from the last check that could read everything, and why the last check
 // could not if it could not.
 func labTimeoutError(timeout time.Duration, last labProgress, lastErr error) error {
-	msg := fmt.Sprintf("lab not ready after %s (--wait)", timeout)
+	summary := ""
 	if last != nil {
-		msg += ": " + last.String() + formatLacks(last.missing())
+		summary = last.String()
 	}
-	if lastErr != nil {
-		msg += "\n  the last check failed: " + lastErr.Error()
-	}
-	return errors.New(msg + "\n  (logs: labcloud logs NODE for a guest's console, labcloud logs ccm; the logs export holds both)")
+	return waitTimeoutError("lab", timeout, summary, last.missing(), lastErr, "labcloud logs NODE for a guest's console, labcloud logs ccm")
 }
 
 // labReady judges the lab's nodes from the API server's Nodes and the
