@@ -315,7 +315,7 @@ func (p *placement) claims(given givenServices, now time.Time) (map[netip.Addr]v
 	vips := p.alloc.VIPs()
 	rankAs := lb.RankKeys(vips)
 	out := make(map[netip.Addr]vipClaim, len(vips))
-	local := map[string]bool{} // the Local-policy Services seen
+	serving := map[string]map[string]bool{} // each Local-policy Service's serving nodes, once per pass
 	var warmedAt time.Time
 	for _, v := range vips {
 		if !v.Claimed {
@@ -331,18 +331,22 @@ func (p *placement) claims(given givenServices, now time.Time) (map[netip.Addr]v
 			if s.Spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal {
 				continue
 			}
-			local[k] = true
-			with, next := p.endpointAges.serving(k, p.endpointNodes(s), now, p.localWarmup)
-			warmedAt = earliest(warmedAt, next)
+			with, seen := serving[k] // a dual-stack Service holds two VIPs
+			if !seen {
+				var next time.Time
+				with, next = p.endpointAges.serving(k, p.endpointNodes(s), now, p.localWarmup)
+				warmedAt = earliest(warmedAt, next)
+				serving[k] = with
+			}
 			if c.onlyOn == nil {
-				c.onlyOn = with
+				c.onlyOn = maps.Clone(with) // narrowed below by other Services on the VIP
 				continue
 			}
 			maps.DeleteFunc(c.onlyOn, func(n string, _ bool) bool { return !with[n] })
 		}
 		out[v.IP] = c
 	}
-	p.endpointAges.keepOnly(local)
+	p.endpointAges.keepOnly(serving)
 	return out, warmedAt
 }
 

@@ -67,10 +67,10 @@ func (a endpointAges) serving(k string, ready map[string]bool, now time.Time, wa
 	return out, next
 }
 
-// keepOnly forgets the Services not in keys.
-func (a endpointAges) keepOnly(keys map[string]bool) {
+// keepOnly forgets the Services not in seen, this pass's.
+func (a endpointAges) keepOnly(seen map[string]map[string]bool) {
 	for k := range a {
-		if !keys[k] {
+		if _, ok := seen[k]; !ok {
 			delete(a, k)
 		}
 	}

@@ -88,7 +88,7 @@ func TestEndpointAgesForgetsServicesNoLongerSeen(t *testing.T) {
 	now := time.Now()
 	ages.serving("default/a", map[string]bool{"n1": true}, now, time.Second)
 	ages.serving("default/b", map[string]bool{"n1": true}, now, time.Second)
-	ages.keepOnly(map[string]bool{"default/b": true})
+	ages.keepOnly(map[string]map[string]bool{"default/b": {"n1": true}})
 	if _, ok := ages["default/a"]; ok {
 		t.Error("default/a kept after a pass that did not see it")
 	}
