@@ -26,20 +26,24 @@ import (
 	"github.com/labcloud/labcloud/provider"
 )
 
-// labCloudConfig is the full lab's cloud config: the lab's libvirtd and
-// network, routes and load balancers on its bridge, with a VIP pool in the
-// bridge's subnet of each of the cluster's families, and BGP to the LAN
-// router when it runs.
-func labCloudConfig(f IPFamily, router bool) provider.Config {
+// labCloudConfig is the cloud config of host self's CCM replica in the
+// full lab: every host's libvirtd (its zone and bridge), the lab's
+// network, routes and load balancers on self's bridge, with a VIP pool in
+// the bridge's subnet of each of the cluster's families, and BGP to the
+// LAN router when it runs.
+func labCloudConfig(f IPFamily, router bool, hosts []Host, self Host) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
-	cfg.Host = labHost
-	cfg.Hypervisors = []provider.HypervisorConfig{{URI: labURI, Zone: labHost, Host: labHost, Bridge: Bridge}}
+	cfg.Host = self.Name
+	cfg.Hypervisors = nil
+	for _, h := range hosts {
+		cfg.Hypervisors = append(cfg.Hypervisors, provider.HypervisorConfig{URI: h.URI, Zone: h.Name, Host: h.Name, Bridge: Bridge})
+	}
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
 	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: f.addressing().pools, RoutedTraffic: provider.RoutedSpread}
 	if router {
-		cfg.BGP = labBGP()
+		cfg.BGP = labBGP(self)
 	}
 	return cfg
 }
@@ -59,11 +63,45 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 		fmt.Fprintf(u.opts.Out, "           cloud config from %s\n", u.opts.CloudConfig)
 		return u.runCCM(ctx, cp, client, bin, data)
 	}
-	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily, u.st.Router))
+	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily, u.st.Router, u.st.Hosts, u.st.Hosts[0]))
 	if err != nil {
 		return err
 	}
-	return u.runCCM(ctx, cp, client, bin, data)
+	if err := u.runCCM(ctx, cp, client, bin, data); err != nil {
+		return err
+	}
+	for i := 1; i < len(u.st.Hosts); i++ {
+		if err := u.runReplica(&u.st.Hosts[i]); err != nil {
+			return err
+		}
+	}
+	return u.waitBGPSessions(ctx)
+}
+
+// runReplica starts host h's CCM replica, in h's namespace: the command
+// line of the first host's with h's cloud config.
+func (u *upRun) runReplica(h *Host) error {
+	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily, u.st.Router, u.st.Hosts, *h))
+	if err != nil {
+		return err
+	}
+	cfg := filepath.Join(u.st.Dir, "cloud-config-"+h.Name+".yaml")
+	if err := os.WriteFile(cfg, data, 0o600); err != nil {
+		return err
+	}
+	h.CCMCommand = slices.Clone(u.st.CCMCommand)
+	for i, a := range h.CCMCommand {
+		if strings.HasPrefix(a, "--cloud-config=") {
+			h.CCMCommand[i] = "--cloud-config=" + cfg
+		}
+	}
+	pid, err := launchCCM(h.CCMCommand, h.Netns, ccmReplicaLog(u.st.Dir, h.Name))
+	if err != nil {
+		return fmt.Errorf("%s's CCM: %w", h.Name, err)
+	}
+	h.Pids[CCMProcess] = pid
+	fmt.Fprintf(u.opts.Out, "           %s's replica in %s (pid %d), cloud config %s\n", h.Name, h.Netns, pid, cfg)
+	return u.st.Save()
 }
 
 // runCCM starts the CCM as a daemon as examples/ ships it: the flags of the
@@ -166,27 +204,40 @@ func checkCCMServing(ctx context.Context, adminKubeconfig, base string, timeout 
 	return err
 }
 
-// LaunchCCM starts the CCM as a daemon, in the unit's sandbox, with the
-// command recorded in the state (runCCM records it; chaos restarts the CCM with it) and records its pid.
+// LaunchCCM starts the first host's CCM as a daemon, in the unit's
+// sandbox, with the command recorded in the state (runCCM records it;
+// chaos restarts the CCM with it) and records its pid.
 func (s *State) LaunchCCM() error {
 	if len(s.CCMCommand) == 0 {
 		return fmt.Errorf("no CCM command in the lab state %s", statePath(s.Dir))
 	}
-	// Confined as the shipped unit confines it (capabilities, no new
-	// privileges): the lab meets what an installed CCM meets.
-	sandbox, err := examples.CCMSandbox()
-	if err != nil {
-		return fmt.Errorf("the CCM's sandbox from examples/: %w", err)
-	}
-	argv := sandbox.Wrap(s.CCMCommand)
-	p, err := controlplane.StartDaemon(ccmLog(s.Dir), argv[0], argv[1:]...)
+	pid, err := launchCCM(s.CCMCommand, "", ccmLog(s.Dir))
 	if err != nil {
 		return err
 	}
-	s.Pids[CCMProcess] = p.Pid()
+	s.Pids[CCMProcess] = pid
+	return nil
+}
+
+// launchCCM starts command as a daemon confined as the shipped unit
+// confines it (capabilities, no new privileges), so the lab meets what an
+// installed CCM meets; in netns when not empty (the current one else).
+func launchCCM(command []string, netns, log string) (int, error) {
+	sandbox, err := examples.CCMSandbox()
+	if err != nil {
+		return 0, fmt.Errorf("the CCM's sandbox from examples/: %w", err)
+	}
+	argv := sandbox.Wrap(command)
+	if netns != "" {
+		argv = append([]string{"ip", "netns", "exec", netns}, argv...)
+	}
+	p, err := controlplane.StartDaemon(log, argv[0], argv[1:]...)
+	if err != nil {
+		return 0, err
+	}
 	time.Sleep(500 * time.Millisecond)
 	if p.Exited() {
-		return fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))
+		return 0, fmt.Errorf("the CCM exited at start:\n%s", p.Tail(20))
 	}
-	return nil
+	return p.Pid(), nil
 }

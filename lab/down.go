@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 
 	"libvirt.org/go/libvirt"
@@ -24,6 +22,7 @@ func Down(dir string, out io.Writer) error {
 	}
 	var errs []error
 	if !st.Light { // a light lab has no libvirtd: qemu:///system would be someone else's
+		stopOtherHosts(st, out)
 		removeGuests(out)
 	}
 	// The forwarder, the light lab's simulator, the control plane and the
@@ -40,17 +39,7 @@ func Down(dir string, out io.Writer) error {
 		}
 	}
 	stopRouter(dir)
-	// Whatever still runs in the namespace (dnsmasq, a crashed up's children).
-	if pids, err := exec.Command("ip", "netns", "pids", Netns).Output(); err == nil {
-		for _, f := range strings.Fields(string(pids)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				host.Stop(pid)
-			}
-		}
-	}
-	if err := exec.Command("ip", "netns", "del", Netns).Run(); err == nil {
-		fmt.Fprintf(out, "deleted network namespace %s\n", Netns)
-	}
+	stopNamespace(Netns, out)
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}
@@ -60,10 +49,20 @@ func Down(dir string, out io.Writer) error {
 	return errors.Join(errs...)
 }
 
-// removeGuests destroys and undefines the lab's domains and network while
-// libvirtd still runs; without it, their QEMU processes are killed.
+// removeGuests destroys and undefines the lab's domains and network on
+// the machine's libvirtd while it still runs; without it, their QEMU
+// processes are killed.
 func removeGuests(out io.Writer) {
-	c, err := libvirt.NewConnect(labURI)
+	removeGuestsOn(labURI, out)
+	for _, pid := range host.GuestQEMUs(NodePrefix) {
+		host.Stop(pid)
+	}
+}
+
+// removeGuestsOn destroys and undefines the lab's domains and network on
+// the libvirtd at uri.
+func removeGuestsOn(uri string, out io.Writer) {
+	c, err := libvirt.NewConnect(uri)
 	if err == nil {
 		defer c.Close()
 		if doms, err := c.ListAllDomains(0); err == nil {
@@ -84,14 +83,15 @@ func removeGuests(out io.Writer) {
 			n.Free()
 		}
 	}
-	for _, pid := range host.GuestQEMUs(NodePrefix) {
-		host.Stop(pid)
-	}
 }
 
-// NodeAction stops, starts or deletes a lab guest's domain.
-func NodeAction(name, action string) error {
-	c, err := libvirt.NewConnect(labURI)
+// NodeAction stops, starts or deletes a lab guest's domain, on its host.
+func NodeAction(st *State, name, action string) error {
+	h, err := st.hostOfNode(name)
+	if err != nil {
+		return err
+	}
+	c, err := libvirt.NewConnect(h.URI)
 	if err != nil {
 		return fmt.Errorf("libvirt: %w (is the lab up?)", err)
 	}

@@ -66,7 +66,10 @@ type State struct {
 	// before it was recorded, which was IPv4.
 	IPFamily IPFamily `json:"ipFamily,omitempty"`
 	// Router says the LAN router (FRR) runs and the CCM peers with it.
-	Router  bool      `json:"router,omitempty"`
+	Router bool `json:"router,omitempty"`
+	// Hosts are the lab's hypervisor hosts (up --hosts), the first the
+	// lab's own namespace; see LabHosts.
+	Hosts   []Host    `json:"hosts,omitempty"`
 	Steps   []Step    `json:"steps"`
 	Started time.Time `json:"started"`
 }

@@ -18,8 +18,16 @@ import (
 // standard output and error to a file in the state directory; guests write
 // their serial console (kernel, lab-init, containerd, kubelet, kube-proxy)
 // to nodes/NAME.console.
-func cpLog(dir, name string) string  { return filepath.Join(dir, "controlplane", name+".log") }
-func ccmLog(dir string) string       { return filepath.Join(dir, "ccm.log") }
+func cpLog(dir, name string) string { return filepath.Join(dir, "controlplane", name+".log") }
+func ccmLog(dir string) string      { return filepath.Join(dir, "ccm.log") }
+
+// ccmReplicaLog and hostLibvirtdLog are a host's but the first's.
+func ccmReplicaLog(dir, host string) string {
+	return filepath.Join(dir, "ccm-"+host+".log")
+}
+func hostLibvirtdLog(dir, host string) string {
+	return filepath.Join(dir, "libvirtd-"+host+".log")
+}
 func forwarderLog(dir string) string { return filepath.Join(dir, "apiserver-forwarder.log") }
 func consoleLog(dir, node string) string {
 	return filepath.Join(dir, "nodes", node+".console")
@@ -36,9 +44,10 @@ type LogSource struct {
 }
 
 // LogSources lists the lab's components and their logs in start order:
-// the control plane, CoreDNS (full lab), the CCM, libvirt's daemons (full lab) or the
-// simulator (light lab), the API server forwarder, then each guest's
-// console (full lab).
+// the control plane, CoreDNS (full lab), the CCM, libvirt's daemons (full
+// lab; then each other host's CCM replica and libvirtd) or the simulator
+// (light lab), the API server forwarder, then each guest's console (full
+// lab).
 func LogSources(st *State) []LogSource {
 	out := []LogSource{
 		{Component: "etcd", Path: cpLog(st.Dir, "etcd")},
@@ -56,6 +65,10 @@ func LogSources(st *State) []LogSource {
 		out = append(out,
 			LogSource{Component: "libvirtd", Path: filepath.Join(st.Dir, "libvirtd.log")},
 			LogSource{Component: "virtlogd", Path: filepath.Join(st.Dir, "virtlogd.log")})
+		for _, h := range st.LabHosts()[1:] {
+			out = append(out, LogSource{Component: "ccm-" + h.Name, Path: ccmReplicaLog(st.Dir, h.Name)},
+				LogSource{Component: "libvirtd-" + h.Name, Path: hostLibvirtdLog(st.Dir, h.Name)})
+		}
 	}
 	out = append(out, LogSource{Component: forwarderPid, Path: forwarderLog(st.Dir)})
 	if !st.Light {

@@ -37,6 +37,9 @@ type Options struct {
 	Dir   string
 	// Light runs no guests and no libvirtd (UpLight).
 	Light bool
+	// Hosts is the number of hypervisor hosts the guests spread over (0
+	// means 1); see Host.
+	Hosts int
 	// IPFamily is the cluster's: ipv4 (also when empty), ipv6 or dual
 	// (full lab only; see IPFamily).
 	IPFamily IPFamily
@@ -84,6 +87,19 @@ func (o Options) Validate() error {
 		}
 	} else if o.Nodes < 1 || o.Nodes > MaxNodes {
 		bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d guests (one DHCP lease each from %s.%d-%d); --light simulates up to %d", MaxNodes, subnet, dhcpFirst, dhcpLast, MaxLightNodes))
+	}
+	switch {
+	case o.Hosts < 0 || o.Hosts > MaxHosts:
+		bad("--hosts", o.Hosts, fmt.Sprintf("want 1..%d", MaxHosts))
+	case o.Hosts <= 1:
+	case o.Light:
+		bad("--hosts", o.Hosts, "only for the full lab: the light lab's nodes are simulated in one process")
+	case o.Nodes < o.Hosts:
+		bad("--hosts", o.Hosts, fmt.Sprintf("more hosts than --nodes %d: every host runs a guest", o.Nodes))
+	case o.IPFamily.orIPv4() != IPv4:
+		bad("--hosts", o.Hosts, fmt.Sprintf("only with --ip-family ipv4 for now, not %s: the hosts' IPv6 router advertisements are not arranged yet", o.IPFamily))
+	case o.CloudConfig != "":
+		bad("--hosts", o.Hosts, "not with --cloud-config: each host's replica needs a cloud config of its own, which up writes")
 	}
 	if _, err := ParseIPFamily(string(o.IPFamily)); err != nil && o.IPFamily != "" {
 		errs = append(errs, err)

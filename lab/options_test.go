@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,13 @@ func TestValidate(t *testing.T) {
 		{"CCM cloud config by flag", func(o *Options) { o.CCMFlags = []string{"--cloud-config=/x"} }, []string{"--ccm-flag --cloud-config=/x", "up --cloud-config"}},
 		{"CCM help", func(o *Options) { o.CCMFlags = []string{"--help"} }, []string{"--ccm-flag --help"}},
 		{"cloud config", func(o *Options) { o.CloudConfig = good }, nil},
+		{"three hosts", func(o *Options) { o.Hosts = 3 }, nil},
+		{"too many hosts", func(o *Options) { o.Hosts, o.Nodes = MaxHosts+1, 20 }, []string{"--hosts 9", "1..8"}},
+		{"negative hosts", func(o *Options) { o.Hosts = -1 }, []string{"--hosts -1"}},
+		{"more hosts than guests", func(o *Options) { o.Hosts = 4 }, []string{"--hosts 4", "--nodes 3"}},
+		{"hosts light", func(o *Options) { o.Light, o.Hosts = true, 2 }, []string{"--hosts 2", "full lab"}},
+		{"hosts ipv6", func(o *Options) { o.Hosts, o.IPFamily = 2, IPv6 }, []string{"--hosts 2", "ipv4", "ipv6"}},
+		{"hosts cloud config", func(o *Options) { o.Hosts, o.CloudConfig = 2, good }, []string{"--hosts 2", "--cloud-config"}},
 		{"cloud config light", func(o *Options) { o.Light, o.CloudConfig = true, good }, []string{"--cloud-config " + good, "full lab"}},
 		{"cloud config missing", func(o *Options) { o.CloudConfig = "/nonexistent/cc.yaml" }, []string{"--cloud-config /nonexistent/cc.yaml", "no such file"}},
 		{"cloud config unknown field", func(o *Options) { o.CloudConfig = fileWith("f.yaml", "region:", "regoin:") }, []string{"--cloud-config", "regoin"}},
@@ -141,8 +149,13 @@ func TestWaitFor(t *testing.T) {
 func TestLabCloudConfigsLoad(t *testing.T) {
 	st := &State{Dir: "/var/lib/labcloud/lab", Light: true}
 	configs := map[string]provider.Config{"light": lightCloudConfig(st)}
+	one := labHosts(st.Dir, 1)
 	for _, f := range IPFamilies {
-		configs["full-"+string(f)] = labCloudConfig(f, true)
+		configs["full-"+string(f)] = labCloudConfig(f, true, one, one[0])
+	}
+	three := labHosts(st.Dir, 3)
+	for _, h := range three {
+		configs["hosts-"+h.Name] = labCloudConfig(IPv4, true, three, h)
 	}
 	for name, cfg := range configs {
 		data, err := marshalCloudConfig(cfg)
@@ -156,7 +169,11 @@ func TestLabCloudConfigsLoad(t *testing.T) {
 		if !reflect.DeepEqual(got, cfg) {
 			t.Errorf("%s: loads as\n%+v\nwant\n%+v\nfrom\n%s", name, got, cfg, data)
 		}
-		if strings.HasPrefix(name, "full") {
+		if h, ok := strings.CutPrefix(name, "hosts-"); ok {
+			if got.Host != h || got.BGP.RouterID != three[slices.IndexFunc(three, func(x Host) bool { return x.Name == h })].Address || len(got.Hypervisors) != 3 {
+				t.Errorf("%s's replica: host %q, BGP router ID %q, %d hypervisors; want itself, its bridge's address and all 3", h, got.Host, got.BGP.RouterID, len(got.Hypervisors))
+			}
+		} else if strings.HasPrefix(name, "full") {
 			if err := CheckLabCloudConfig(got); err != nil {
 				t.Errorf("the lab's own cloud config does not fit the lab: %v", err)
 			}

@@ -11,23 +11,27 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/provider"
 )
 
-// The lab's LAN router: FRR in a namespace of its own, plugged into the
-// lab's bridge as another machine on the LAN would be. The CCM peers with
-// it over BGP and announces every Node's pod CIDR; the router installs
-// them in its kernel, so it reaches every pod through its node.
+// The lab's LAN router: FRR in a namespace of its own, whose bridge is the
+// LAN every host's bridge is plugged into, as the hypervisors of a homelab
+// share a switch with its router. Each host's CCM replica peers with it
+// over BGP and announces the pod CIDRs of its host's Nodes; the router
+// installs them in its kernel, so it reaches every pod through its node.
 const (
-	RouterNetns  = "labcloud-router"
-	RouterAddr   = "10.123.0.254"
-	RouterAddr6  = "fd00:10:123::fe"
-	routerASN    = 64512
-	ccmASN       = 64513
-	routerLink   = "lcrt0" // its end on the bridge, in the lab's namespace
-	routerIfname = "lan0"  // its end in the router's namespace
+	RouterNetns = "labcloud-router"
+	RouterAddr  = "10.123.0.254"
+	RouterAddr6 = "fd00:10:123::fe"
+	routerASN   = 64512
+	ccmASN      = 64513
+	routerLink  = "lcrt0" // a host's port to the LAN, in its namespace
+	lanBridge   = "lan0"  // the LAN, in the router's namespace
 )
 
 // routerDir holds the router's sockets, configuration and logs: under
@@ -41,10 +45,14 @@ func routerDir(stateDir string) string {
 
 const routerRunDir = "/run/labcloud"
 
-// startRouter runs the router, or says why it cannot and leaves it out
-// (the lab then has no BGP).
+// startRouter runs the router and plugs every host into its LAN, or says
+// why it cannot and leaves it out (a lab of one host then has no BGP; one
+// of several cannot do without it).
 func (u *upRun) startRouter(ctx context.Context) error {
 	if err := frr.Available(); err != nil {
+		if len(u.st.Hosts) > 1 {
+			return fmt.Errorf("a lab of several hosts needs the LAN router: %w", err)
+		}
 		fmt.Fprintf(u.opts.Out, "           no LAN router: %v\n", err)
 		return nil
 	}
@@ -56,13 +64,19 @@ func (u *upRun) startRouter(ctx context.Context) error {
 	cmds := [][]string{
 		{"netns", "add", RouterNetns},
 		{"-n", RouterNetns, "link", "set", "lo", "up"},
-		{"-n", Netns, "link", "add", routerLink, "type", "veth", "peer", "name", routerIfname, "netns", RouterNetns},
-		{"-n", Netns, "link", "set", routerLink, "master", Bridge, "up"},
+		{"-n", RouterNetns, "link", "add", lanBridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
 	}
 	for _, a := range addrs {
-		cmds = append(cmds, []string{"-n", RouterNetns, "addr", "add", a, "dev", routerIfname, "nodad"})
+		cmds = append(cmds, []string{"-n", RouterNetns, "addr", "add", a, "dev", lanBridge, "nodad"})
 	}
-	cmds = append(cmds, []string{"-n", RouterNetns, "link", "set", routerIfname, "up"})
+	cmds = append(cmds, []string{"-n", RouterNetns, "link", "set", lanBridge, "up"})
+	for _, h := range u.st.Hosts {
+		port := fmt.Sprintf("host%d", h.Index)
+		cmds = append(cmds,
+			[]string{"-n", h.Netns, "link", "add", routerLink, "type", "veth", "peer", "name", port, "netns", RouterNetns},
+			[]string{"-n", h.Netns, "link", "set", routerLink, "master", Bridge, "up"},
+			[]string{"-n", RouterNetns, "link", "set", port, "master", lanBridge, "up"})
+	}
 	for _, args := range cmds {
 		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
@@ -76,7 +90,7 @@ func (u *upRun) startRouter(ctx context.Context) error {
 	if err := os.MkdirAll(routerRunDir, 0o755); err != nil {
 		return err
 	}
-	if _, err := frr.Start(ctx, RouterNetns, routerDir(u.st.Dir), routerConfig()); err != nil {
+	if _, err := frr.Start(ctx, RouterNetns, routerDir(u.st.Dir), routerConfig(u.st.Hosts)); err != nil {
 		return err
 	}
 	u.st.Router = true
@@ -84,18 +98,56 @@ func (u *upRun) startRouter(ctx context.Context) error {
 	return nil
 }
 
-// routerConfig is the router's side: the CCM (on the bridge's address)
-// as its one neighbour, with BFD.
-func routerConfig() frr.Config {
-	return frr.Config{ASN: routerASN, RouterID: netip.MustParseAddr(RouterAddr),
-		Neighbors: []frr.Neighbor{{Address: netip.MustParseAddr(Gateway), ASN: ccmASN, BFD: true}}}
+// routerConfig is the router's side: each host's CCM replica (on its
+// bridge's address) a neighbour, with BFD.
+func routerConfig(hosts []Host) frr.Config {
+	cfg := frr.Config{ASN: routerASN, RouterID: netip.MustParseAddr(RouterAddr)}
+	for _, h := range hosts {
+		cfg.Neighbors = append(cfg.Neighbors, frr.Neighbor{Address: netip.MustParseAddr(h.Address), ASN: ccmASN, BFD: true})
+	}
+	return cfg
 }
 
-// labBGP is the CCM's side, in the lab's cloud config.
-func labBGP() provider.BGPConfig {
+// waitBGPSessions waits, in a lab of several hosts, until every host's
+// replica has an established BGP session with the router: a replica that
+// cannot reach it would leave its host's pods unreachable from the others.
+func (u *upRun) waitBGPSessions(ctx context.Context) error {
+	if !u.st.Router || len(u.st.Hosts) < 2 {
+		return nil
+	}
+	r := frr.Open(routerDir(u.st.Dir))
+	var missing []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, bgpSessionBound, true, func(ctx context.Context) (bool, error) {
+		missing = nil
+		for _, h := range u.st.Hosts {
+			if s, err := r.NeighborState(ctx, netip.MustParseAddr(h.Address)); err != nil || s != "Established" {
+				missing = append(missing, fmt.Sprintf("%s (%s): %s", h.Name, h.Address, sessionState(s, err)))
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("the router has no established BGP session after %s with: %s (labcloud logs ccm, labcloud router -- show bgp summary)", bgpSessionBound, strings.Join(missing, "; "))
+	}
+	return err
+}
+
+// bgpSessionBound is how long replicas have to reach the router: BGP's
+// connect retry is seconds.
+const bgpSessionBound = 60 * time.Second
+
+func sessionState(s string, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}
+
+// labBGP is the CCM's side, in the cloud config of host h's replica.
+func labBGP(h Host) provider.BGPConfig {
 	cfg := provider.DefaultConfig().BGP
 	cfg.ASN = ccmASN
-	cfg.RouterID = Gateway
+	cfg.RouterID = h.Address
 	cfg.Peers = []provider.BGPPeerConfig{{Address: RouterAddr, ASN: routerASN, BFD: true}}
 	return cfg
 }

@@ -42,8 +42,12 @@ type Status struct {
 // RouterStatus is the LAN router's BGP session with the CCM.
 type RouterStatus struct {
 	Address string `json:"address"`
-	// Session is its BGP state with the CCM (e.g. Established, Active).
+	// Session is its BGP state with the CCM (e.g. Established, Active);
+	// with several hosts, with the first host's replica.
 	Session string `json:"session"`
+	// Sessions are its BGP states with each host's replica, by host name,
+	// in a lab of several hosts.
+	Sessions map[string]string `json:"sessions,omitempty"`
 }
 
 // NodeStatus is one lab node.
@@ -107,13 +111,30 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	routes, _ := ownedRoutes()
-	domains, _ := host.Domains(st.LibvirtURI(), NetworkName, NodePrefix)
+	domains := map[string]host.Domain{}
+	for _, h := range st.LabHosts() {
+		on, _ := host.Domains(h.URI, NetworkName, NodePrefix)
+		maps.Copy(domains, on)
+	}
 	var rib map[netip.Prefix]frr.Route
 	if st.Router {
 		r := frr.Open(routerDir(st.Dir))
 		out.Router = &RouterStatus{Address: RouterAddr, Session: "unknown"}
-		if s, err := r.NeighborState(ctx, netip.MustParseAddr(Gateway)); err == nil {
-			out.Router.Session = s
+		hosts := st.LabHosts()
+		for _, h := range hosts {
+			s, err := r.NeighborState(ctx, netip.MustParseAddr(h.Address))
+			if err != nil {
+				s = "unknown"
+			}
+			if h.Index == 1 {
+				out.Router.Session = s
+			}
+			if len(hosts) > 1 {
+				if out.Router.Sessions == nil {
+					out.Router.Sessions = map[string]string{}
+				}
+				out.Router.Sessions[h.Name] = s
+			}
 		}
 		families := []string{"ip"}
 		if st.IPFamily.HasIPv6() {
@@ -223,7 +244,15 @@ func (s *Status) WriteTable(w io.Writer) {
 			dash(strings.Join(n.Addresses, ",")), dash(strings.Join(n.PodCIDRs, ",")), dash(n.Route), dash(n.RouterRoute), dash(n.ProviderID))
 	}
 	if s.Router != nil {
-		fmt.Fprintf(tw, "\nROUTER %s: BGP session with the CCM %s\n", s.Router.Address, s.Router.Session)
+		if len(s.Router.Sessions) > 0 {
+			var each []string
+			for _, h := range slices.Sorted(maps.Keys(s.Router.Sessions)) {
+				each = append(each, h+" "+s.Router.Sessions[h])
+			}
+			fmt.Fprintf(tw, "\nROUTER %s: BGP sessions with the CCM replicas: %s\n", s.Router.Address, strings.Join(each, ", "))
+		} else {
+			fmt.Fprintf(tw, "\nROUTER %s: BGP session with the CCM %s\n", s.Router.Address, s.Router.Session)
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "SERVICE\tVIP\tANSWERED BY\tMAC\tSINCE\tPLACEMENT\tHOST NEIGHBOUR\tROUTED VIA")

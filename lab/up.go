@@ -62,6 +62,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	u.st.Hosts = labHosts(opts.Dir, opts.Hosts)
 	if err := u.run(u.fullSteps(ctx)); err != nil {
 		return u.st, err
 	}
@@ -138,14 +139,19 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 			if err := noIPv6DAD(); err != nil {
 				return err
 			}
-			return DefineNetwork(u.st.IPFamily)
+			return u.st.CreateNetwork(u.st.Hosts[0])
 		}},
 		{"multipath hash per connection", func() error { return spreadPerConnection(u.st.IPFamily) }},
+	}
+	if len(u.st.Hosts) > 1 {
+		steps = append(steps, upStep{fmt.Sprintf("hosts 2-%d: namespace, libvirtd, network", len(u.st.Hosts)), func() error { return u.startOtherHosts(ctx) }})
+	}
+	steps = append(steps, []upStep{
 		{"etcd, kube-apiserver, kube-controller-manager, kube-scheduler", func() (err error) {
 			cp, client, err = u.startControlPlane(ctx)
 			return err
 		}},
-	}
+	}...)
 	steps = append(steps, u.forwarderStep(ctx)...)
 	return append(steps, []upStep{
 		{"cluster DNS (CoreDNS)", func() error { return u.startDNS(ctx, cp, client) }},
@@ -244,17 +250,6 @@ func isFile(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// DefineNetwork creates the lab's libvirt network for the family on the
-// lab's libvirtd.
-func DefineNetwork(f IPFamily) error {
-	c, err := libvirt.NewConnect(labURI)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return f.network().Create(c)
-}
-
 // noIPv6DAD turns duplicate address detection off for the links made
 // from now on in the lab's namespace (up runs there): the bridge has no
 // carrier until a guest is plugged in, and until then an address under
@@ -335,12 +330,18 @@ func AdminClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// bootGuests boots the guests, spread round robin over the lab's hosts.
 func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, disk image.Disk) error {
-	c, err := libvirt.NewConnect(labURI)
-	if err != nil {
-		return err
+	conns := make([]*libvirt.Connect, len(u.st.Hosts))
+	for k, h := range u.st.Hosts {
+		c, err := libvirt.NewConnect(h.URI)
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+		defer c.Close()
+		conns[k] = c
 	}
-	defer c.Close()
+	connOf := func(g guest) *libvirt.Connect { return conns[hostOfGuest(g.index, len(conns))-1] }
 	nodes := filepath.Join(u.st.Dir, "nodes")
 	if err := os.MkdirAll(nodes, 0o700); err != nil {
 		return err
@@ -371,18 +372,22 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		}
 		g := guest{index: i, name: name, initrd: initrd, kernel: art.Kernel, disk: disk.Path, console: consoleLog(u.st.Dir, name),
 			hostCoresEach: runtime.NumCPU() / u.opts.Nodes}
-		if err := g.boot(c, typ); err != nil {
+		if err := g.boot(connOf(g), typ); err != nil {
 			return err
 		}
 		guests[name] = g
 		u.st.Nodes = append(u.st.Nodes, name)
 	}
 	if typ == accelKVM {
-		if err := u.bootSilentWithTCG(c, guests); err != nil {
+		if err := u.bootSilentWithTCG(connOf, guests); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(u.opts.Out, "           %d guests booting; consoles in %s\n", u.opts.Nodes, nodes)
+	if len(conns) > 1 {
+		fmt.Fprintf(u.opts.Out, "           %d guests booting on %d hosts, round robin; consoles in %s\n", u.opts.Nodes, len(conns), nodes)
+	} else {
+		fmt.Fprintf(u.opts.Out, "           %d guests booting; consoles in %s\n", u.opts.Nodes, nodes)
+	}
 	return u.st.Save()
 }
 
@@ -393,10 +398,11 @@ const kvmConsoleBound = 20 * time.Second
 // bootSilentWithTCG boots with TCG each KVM guest that has written nothing
 // to its console within kvmConsoleBound: an unknown broken KVM costs
 // seconds, not a hung up.
-func (u *upRun) bootSilentWithTCG(c *libvirt.Connect, guests map[string]guest) error {
+func (u *upRun) bootSilentWithTCG(connOf func(guest) *libvirt.Connect, guests map[string]guest) error {
 	silent := silentConsoles(guests, time.Now().Add(kvmConsoleBound), 250*time.Millisecond)
 	for _, name := range silent {
 		fmt.Fprintf(u.opts.Out, "           %s: no console output %s after booting with KVM; booting it with TCG\n", name, kvmConsoleBound)
+		c := connOf(guests[name])
 		d, err := c.LookupDomainByName(name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -184,7 +184,7 @@ func upCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			args := []string{"up", "--nodes", fmt.Sprint(opts.Nodes), "--state-dir", *dir, "--host-listener-fd=3", "--ip-family", string(opts.IPFamily)}
+			args := []string{"up", "--nodes", fmt.Sprint(opts.Nodes), "--hosts", fmt.Sprint(opts.Hosts), "--state-dir", *dir, "--host-listener-fd=3", "--ip-family", string(opts.IPFamily)}
 			if opts.Light {
 				args = append(args, "--light")
 			}
@@ -224,6 +224,7 @@ func upCmd(dir *string) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&opts.Nodes, "nodes", opts.Nodes, fmt.Sprintf("number of nodes: guest VMs (1-%d), or simulated nodes with --light (1-%d)", lab.MaxNodes, lab.MaxLightNodes))
+	f.IntVar(&opts.Hosts, "hosts", 1, fmt.Sprintf("number of hypervisor hosts (1-%d): each a namespace with its own libvirtd, bridge and CCM replica, the bridges on one LAN with the FRR router; guests spread round robin (full lab, IPv4)", lab.MaxHosts))
 	f.BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
 	f.StringVar(&failureLogs, "logs-on-failure", "", "where a failed up writes its logs export (default: a new directory labcloud-up-failed-* under $TMPDIR or /tmp)")
 	f.BoolVar(&opts.Light, "light", opts.Light, "no guests and no libvirtd: libvirt's test driver and simulated nodes")
@@ -438,7 +439,7 @@ func nodeCmd(dir *string) *cobra.Command {
 				if !slices.Contains(st.Nodes, args[0]) {
 					return fmt.Errorf("node %s %q: not a node of this lab (%s)", action, args[0], strings.Join(st.Nodes, ", "))
 				}
-				return lab.NodeAction(args[0], action)
+				return lab.NodeAction(st, args[0], action)
 			},
 		})
 	}

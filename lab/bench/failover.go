@@ -107,7 +107,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 			return run, fmt.Errorf("kill QEMU of %s: %w", from, err)
 		}
 	case FailoverStop:
-		if err := lab.NodeAction(from, "stop"); err != nil {
+		if err := lab.NodeAction(b.st, from, "stop"); err != nil {
 			prober.stop()
 			return run, fmt.Errorf("stop %s: %w", from, err)
 		}
@@ -159,7 +159,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		// libvirt may need a moment to notice a killed QEMU is gone.
 		restarted = time.Now()
-		if err = lab.NodeAction(from, "start"); err == nil || time.Now().After(deadline) {
+		if err = lab.NodeAction(b.st, from, "start"); err == nil || time.Now().After(deadline) {
 			break
 		}
 	}

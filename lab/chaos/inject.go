@@ -197,7 +197,7 @@ func (in *injector) networkDestroy() (func(context.Context) error, error) {
 		return nil, fmt.Errorf("net-destroy %s: %w", lab.NetworkName, err)
 	}
 	return func(context.Context) error {
-		if err := lab.DefineNetwork(in.st.IPFamily); err != nil {
+		if err := in.st.CreateNetwork(in.st.LabHosts()[0]); err != nil {
 			return fmt.Errorf("create network %s again: %w", lab.NetworkName, err)
 		}
 		return host.Replug(lab.Bridge, ports)

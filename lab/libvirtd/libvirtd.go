@@ -314,11 +314,23 @@ func Lock(ctx context.Context, waiting func()) (release func(), err error) {
 // dnsmasq serves no DNS: port 53 on the gateway is the cluster DNS's.
 type Network struct {
 	Name, Bridge string
-	// IPv4Prefix is the /24's first three octets: gateway IPv4Prefix.1,
-	// leases IPv4Prefix.DHCPFirst-IPv4Prefix.DHCPLast.
+	// IPv4Prefix is the /24's first three octets: the bridge's address is
+	// IPv4Prefix.Address (1 when 0), leases IPv4Prefix.DHCPFirst-DHCPLast.
 	IPv4Prefix          string
+	Address             int
 	DHCPFirst, DHCPLast int
-	IPv6                *IPv6Net
+	// Hosts4 pins IPv4 addresses to MACs. A network with no range
+	// (DHCPFirst 0) leases to these only: where several hosts' networks
+	// share one LAN, each serves its own guests.
+	Hosts4 []IPv4Host
+	// Router is the default gateway DHCP hands out; empty for the bridge.
+	Router string
+	IPv6   *IPv6Net
+}
+
+// IPv4Host pins an IPv4 address to a MAC.
+type IPv4Host struct {
+	MAC, IP string
 }
 
 // IPv6Net is a network's IPv6 subnet: the bridge's address and prefix
@@ -344,12 +356,19 @@ func (n Network) XML() (string, error) {
 		End   string `xml:"end,attr"`
 	}
 	type host struct {
-		ID string `xml:"id,attr"`
-		IP string `xml:"ip,attr"`
+		ID  string `xml:"id,attr,omitempty"`
+		MAC string `xml:"mac,attr,omitempty"`
+		IP  string `xml:"ip,attr"`
 	}
 	type dhcp struct {
-		Range dhcpRange `xml:"range"`
-		Hosts []host    `xml:"host"`
+		Range *dhcpRange `xml:"range"`
+		Hosts []host     `xml:"host"`
+	}
+	type option struct {
+		Value string `xml:"value,attr"`
+	}
+	type dnsmasqOptions struct {
+		Options []option `xml:"dnsmasq:option"`
 	}
 	type ip struct {
 		Family  string `xml:"family,attr,omitempty"`
@@ -373,6 +392,9 @@ func (n Network) XML() (string, error) {
 			Enable string `xml:"enable,attr"`
 		} `xml:"dns"`
 		IPs []ip `xml:"ip"`
+		// libvirt's way to pass dnsmasq an option it has no element for.
+		DnsmasqNS string          `xml:"xmlns:dnsmasq,attr,omitempty"`
+		Dnsmasq   *dnsmasqOptions `xml:"dnsmasq:options"`
 	}
 	if n.Name == "" || n.Bridge == "" || n.IPv4Prefix == "" {
 		return "", fmt.Errorf("network %q: name, bridge and IPv4 prefix are required", n.Name)
@@ -381,15 +403,25 @@ func (n Network) XML() (string, error) {
 	out.Bridge.Name, out.Bridge.STP, out.Bridge.Delay = n.Bridge, "off", "0"
 	out.Forward.Mode = "route"
 	out.DNS.Enable = "no"
-	p := n.IPv4Prefix
-	out.IPs = append(out.IPs, ip{Address: p + ".1", Netmask: "255.255.255.0",
-		DHCP: dhcp{Range: dhcpRange{fmt.Sprintf("%s.%d", p, n.DHCPFirst), fmt.Sprintf("%s.%d", p, n.DHCPLast)}}})
+	p, addr := n.IPv4Prefix, max(n.Address, 1)
+	v4 := ip{Address: fmt.Sprintf("%s.%d", p, addr), Netmask: "255.255.255.0"}
+	if n.DHCPFirst > 0 {
+		v4.DHCP.Range = &dhcpRange{fmt.Sprintf("%s.%d", p, n.DHCPFirst), fmt.Sprintf("%s.%d", p, n.DHCPLast)}
+	}
+	for _, h := range n.Hosts4 {
+		v4.DHCP.Hosts = append(v4.DHCP.Hosts, host{MAC: h.MAC, IP: h.IP})
+	}
+	out.IPs = append(out.IPs, v4)
+	if n.Router != "" {
+		out.DnsmasqNS = "http://libvirt.org/schemas/network/dnsmasq/1.0"
+		out.Dnsmasq = &dnsmasqOptions{[]option{{Value: "dhcp-option=option:router," + n.Router}}}
+	}
 	if v6 := n.IPv6; v6 != nil {
 		a, err := netip.ParseAddr(v6.Address)
 		if err != nil || !a.Is6() || v6.Prefix < 1 || v6.Prefix > 128 {
 			return "", fmt.Errorf("network %q: IPv6 address %q/%d: want an IPv6 address and a prefix length 1-128", n.Name, v6.Address, v6.Prefix)
 		}
-		x := ip{Family: "ipv6", Address: v6.Address, Prefix: v6.Prefix, DHCP: dhcp{Range: dhcpRange{v6.DHCPFirst, v6.DHCPLast}}}
+		x := ip{Family: "ipv6", Address: v6.Address, Prefix: v6.Prefix, DHCP: dhcp{Range: &dhcpRange{v6.DHCPFirst, v6.DHCPLast}}}
 		for _, h := range v6.Hosts {
 			x.DHCP.Hosts = append(x.DHCP.Hosts, host{ID: h.DUID, IP: h.IP})
 		}

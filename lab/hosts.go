@@ -1,0 +1,188 @@
+package lab
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/lab/host"
+	"github.com/labcloud/labcloud/lab/libvirtd"
+)
+
+// MaxHosts is the most hypervisor hosts up --hosts makes.
+const MaxHosts = 8
+
+// Host is one of the lab's hypervisor hosts. Host 1 is the lab's own
+// namespace, with the control plane and the machine's libvirtd; each other
+// host is a namespace of its own with a libvirtd of its own
+// (libvirtd.Private), a bridge of the same name and a CCM replica. With
+// several hosts their bridges are ports of one LAN, a bridge in the
+// router's namespace, as a homelab's hypervisors are on one switch.
+type Host struct {
+	Index int    `json:"index"`
+	Name  string `json:"name"` // also its hypervisor's zone
+	Netns string `json:"netns"`
+	// Address is its bridge's IPv4 address, on the lab's subnet.
+	Address string `json:"address"`
+	URI     string `json:"uri"` // its libvirtd, from any namespace
+	// Pids are the daemons of a host other than the first (its libvirtd
+	// under tini, the CCM replica); the first's are in State.Pids.
+	Pids map[string]int `json:"pids,omitempty"`
+	// CCMCommand is its CCM replica's command line, for a host other than
+	// the first (the first's is State.CCMCommand).
+	CCMCommand []string `json:"ccmCommand,omitempty"`
+}
+
+// labHosts are the hosts of a lab of n: with one, the lab's namespace as
+// it always was, zone lab-host; with several, lab-host1..n.
+func labHosts(stateDir string, n int) []Host {
+	if n <= 1 {
+		return []Host{{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, URI: labURI}}
+	}
+	out := make([]Host, n)
+	for k := 1; k <= n; k++ {
+		h := Host{Index: k, Name: fmt.Sprintf("%s%d", labHost, k), Netns: Netns, Address: Gateway, URI: labURI}
+		if k > 1 {
+			h.Netns = fmt.Sprintf("%s-host%d", Netns, k)
+			h.Address = fmt.Sprintf("%s.%d", subnet, k)
+			h.URI = h.private(stateDir).URI()
+		}
+		out[k-1] = h
+	}
+	return out
+}
+
+// private is the libvirtd of a host other than the first: its directories
+// under /run (short, for the socket's path), one set per state directory.
+func (h Host) private(stateDir string) libvirtd.Private {
+	abs, _ := filepath.Abs(stateDir)
+	sum := sha256.Sum256([]byte(abs))
+	return libvirtd.Private{Root: filepath.Join(routerRunDir, fmt.Sprintf("host%d-%s", h.Index, hex.EncodeToString(sum[:4]))), Netns: h.Netns}
+}
+
+// LabHosts are the lab's hosts; a state written before labs had several
+// has one.
+func (s *State) LabHosts() []Host {
+	if len(s.Hosts) > 0 {
+		return s.Hosts
+	}
+	h := labHosts(s.Dir, 1)
+	h[0].URI = s.LibvirtURI()
+	return h
+}
+
+// hostOfGuest is the host guest i (1-based) runs on: round robin.
+func hostOfGuest(i, hosts int) int { return (i-1)%hosts + 1 }
+
+// guestIPv4 is guest i's pinned IPv4 address when hosts share the LAN:
+// each host's network leases to its own guests only.
+func guestIPv4(i int) string { return fmt.Sprintf("%s.%d", subnet, dhcpFirst-1+i) }
+
+// hostNetwork is host h's libvirt network in a lab of several hosts: the
+// lab's network with h's bridge address, leasing only to h's guests, with
+// the LAN router as their gateway (it learns every pod CIDR over BGP).
+func hostNetwork(h Host, hosts int) libvirtd.Network {
+	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr}
+	for i := 1; i <= MaxNodes; i++ {
+		if hostOfGuest(i, hosts) == h.Index {
+			n.Hosts4 = append(n.Hosts4, libvirtd.IPv4Host{MAC: nodeMAC(i), IP: guestIPv4(i)})
+		}
+	}
+	return n
+}
+
+// CreateNetwork creates host h's libvirt network, as up does.
+func (s *State) CreateNetwork(h Host) error {
+	c, err := libvirt.NewConnect(h.URI)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n := s.IPFamily.network()
+	if hosts := s.LabHosts(); len(hosts) > 1 {
+		n = hostNetwork(h, len(hosts))
+	}
+	return n.Create(c)
+}
+
+// startOtherHosts makes every host but the first: its namespace, its
+// libvirtd and its network.
+func (u *upRun) startOtherHosts(ctx context.Context) error {
+	for i := 1; i < len(u.st.Hosts); i++ {
+		h := &u.st.Hosts[i]
+		_ = exec.Command("ip", "netns", "del", h.Netns).Run()
+		for _, args := range [][]string{{"netns", "add", h.Netns}, {"-n", h.Netns, "link", "set", "lo", "up"}} {
+			if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+			}
+		}
+		p, err := h.private(u.st.Dir).Start(ctx, hostLibvirtdLog(u.st.Dir, h.Name))
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+		h.Pids = map[string]int{"libvirtd": p.Pid()}
+		if err := u.st.Save(); err != nil {
+			return err
+		}
+		if err := u.st.CreateNetwork(*h); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+		fmt.Fprintf(u.opts.Out, "           %s: namespace %s, libvirtd %s, bridge %s %s\n", h.Name, h.Netns, h.URI, Bridge, h.Address)
+	}
+	return nil
+}
+
+// stopOtherHosts removes every host but the first: guests, network, CCM
+// replica, libvirtd, namespace.
+func stopOtherHosts(st *State, out io.Writer) {
+	hosts := st.LabHosts()
+	for _, h := range hosts[1:] {
+		if pid := h.Pids[CCMProcess]; pid > 0 && host.IsProcess(pid, CCMProcess) {
+			fmt.Fprintf(out, "stopping %s's CCM (pid %d)\n", h.Name, pid)
+			host.Stop(pid)
+		}
+		removeGuestsOn(h.URI, out)
+		h.private(st.Dir).Stop()
+		if pid := h.Pids["libvirtd"]; pid > 0 && host.IsProcess(pid, "tini") {
+			host.Stop(pid)
+		}
+		stopNamespace(h.Netns, out)
+	}
+}
+
+// stopNamespace stops whatever still runs in netns (dnsmasq, a crashed
+// run's children) and deletes it.
+func stopNamespace(netns string, out io.Writer) {
+	if pids, err := exec.Command("ip", "netns", "pids", netns).Output(); err == nil {
+		for _, f := range strings.Fields(string(pids)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				host.Stop(pid)
+			}
+		}
+	}
+	if err := exec.Command("ip", "netns", "del", netns).Run(); err == nil {
+		fmt.Fprintf(out, "deleted network namespace %s\n", netns)
+	}
+}
+
+// hostOfNode is the host a lab guest runs on.
+func (s *State) hostOfNode(name string) (Host, error) {
+	hosts := s.LabHosts()
+	for i, n := range s.Nodes {
+		if n == name {
+			return hosts[hostOfGuest(i+1, len(hosts))-1], nil
+		}
+	}
+	if len(hosts) == 1 {
+		return hosts[0], nil
+	}
+	return Host{}, fmt.Errorf("node %s is not one of the lab's guests %v", name, s.Nodes)
+}

@@ -1,0 +1,104 @@
+package lab
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"libvirt.org/go/libvirtxml"
+)
+
+// One host is the lab as it always was; several are apart in every name
+// and address, and each but the first has a libvirtd of its own.
+func TestLabHosts(t *testing.T) {
+	one := labHosts("/var/lib/labcloud/lab", 1)
+	if len(one) != 1 || !reflect.DeepEqual(one[0], Host{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, URI: labURI}) {
+		t.Fatalf("one host: %+v", one)
+	}
+	hosts := labHosts("/var/lib/labcloud/lab", 3)
+	seen := map[string]bool{}
+	for i, h := range hosts {
+		if h.Index != i+1 {
+			t.Errorf("host %d has index %d", i+1, h.Index)
+		}
+		for _, v := range []string{h.Name, h.Netns, h.Address, h.URI} {
+			if seen[v] && v != Netns && v != labURI {
+				t.Errorf("host %s repeats %q", h.Name, v)
+			}
+			seen[v] = true
+		}
+	}
+	if hosts[0].Netns != Netns || hosts[0].URI != labURI || hosts[0].Address != Gateway {
+		t.Errorf("the first host must be the lab's namespace and libvirtd: %+v", hosts[0])
+	}
+	for _, h := range hosts[1:] {
+		if h.Netns == Netns || !strings.HasPrefix(h.URI, "qemu+unix:///system?socket=/run/labcloud/") || len(h.URI) > 100 {
+			t.Errorf("host %s: namespace %s, URI %s; want its own namespace and a short socket path", h.Name, h.Netns, h.URI)
+		}
+	}
+	if other := labHosts("/tmp/other", 3); other[1].URI == hosts[1].URI {
+		t.Errorf("two state directories share %s", other[1].URI)
+	}
+}
+
+// Guests go round robin; each host's network leases to its own guests
+// only, with the router as their gateway.
+func TestHostNetworks(t *testing.T) {
+	var got []int
+	for i := 1; i <= 5; i++ {
+		got = append(got, hostOfGuest(i, 2))
+	}
+	if !slices.Equal(got, []int{1, 2, 1, 2, 1}) {
+		t.Errorf("guests 1-5 on hosts %v, want round robin", got)
+	}
+	hosts := labHosts("/var/lib/labcloud/lab", 2)
+	leased := map[string]int{}
+	for _, h := range hosts {
+		x, err := hostNetwork(h, len(hosts)).XML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n libvirtxml.Network
+		if err := n.Unmarshal(x); err != nil {
+			t.Fatalf("%v\n%s", err, x)
+		}
+		ip := n.IPs[0]
+		if ip.Address != h.Address || ip.DHCP == nil || len(ip.DHCP.Ranges) != 0 {
+			t.Fatalf("%s: want its own address and no DHCP range:\n%s", h.Name, x)
+		}
+		for _, s := range ip.DHCP.Hosts {
+			leased[s.MAC]++
+			for g := 1; g <= MaxNodes; g++ {
+				if nodeMAC(g) == s.MAC && (hostOfGuest(g, 2) != h.Index || guestIPv4(g) != s.IP) {
+					t.Errorf("%s leases %s to guest %d of host %d", h.Name, s.IP, g, hostOfGuest(g, 2))
+				}
+			}
+		}
+		if n.DnsmasqOptions == nil || len(n.DnsmasqOptions.Option) != 1 || n.DnsmasqOptions.Option[0].Value != "dhcp-option=option:router,"+RouterAddr {
+			t.Errorf("%s: want the router %s as the guests' gateway:\n%s", h.Name, RouterAddr, x)
+		}
+	}
+	if len(leased) != MaxNodes {
+		t.Errorf("%d guests have a lease, want %d", len(leased), MaxNodes)
+	}
+	for mac, n := range leased {
+		if n != 1 {
+			t.Errorf("%s leased by %d hosts", mac, n)
+		}
+	}
+}
+
+// The router peers with every host's replica, each on its bridge's address.
+func TestRouterPeersWithEveryHost(t *testing.T) {
+	hosts := labHosts("/var/lib/labcloud/lab", 3)
+	cfg := routerConfig(hosts)
+	if len(cfg.Neighbors) != 3 {
+		t.Fatalf("%d neighbours, want 3", len(cfg.Neighbors))
+	}
+	for i, n := range cfg.Neighbors {
+		if n.Address.String() != hosts[i].Address || !n.BFD || n.ASN != ccmASN {
+			t.Errorf("neighbour %d: %+v, want %s AS %d with BFD", i, n, hosts[i].Address, ccmASN)
+		}
+	}
+}

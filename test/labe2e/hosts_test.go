@@ -1,0 +1,162 @@
+package labe2e
+
+import (
+	"fmt"
+	"maps"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labcloud/labcloud/lab"
+)
+
+// TestLabHosts: a lab of two hypervisor hosts, one guest each, their
+// bridges on one LAN with the FRR router. Each host's replica peers with
+// the router, which learns every pod CIDR via its node; one VIP is answered
+// by pods on both hosts; pods reach each other across hosts through the
+// router; losing a whole host's guests keeps the VIP answered and deletes
+// no Node; down removes every host.
+func TestLabHosts(t *testing.T) {
+	l := newLabcloud(t)
+	start := time.Now()
+	out := l.must(30*time.Minute, "up", "--hosts", "2", "--nodes", "2")
+	t.Logf("labcloud up --hosts 2 --nodes 2 took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	st, err := lab.LoadState(l.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := st.LabHosts()
+	if len(hosts) != 2 {
+		t.Fatalf("state has hosts %+v, want 2", hosts)
+	}
+
+	hostOf := map[string]string{} // node -> host
+	internalIP := map[string]string{}
+	for _, n := range l.status().Nodes {
+		hostOf[n.Name] = n.Host
+		for _, a := range n.Addresses {
+			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok {
+				internalIP[n.Name] = ip
+			}
+		}
+	}
+	zones := l.mustKubectl("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.labels.topology\.kubernetes\.io/zone}{" "}{end}`)
+	for _, nz := range strings.Fields(zones) {
+		name, zone, _ := strings.Cut(nz, "=")
+		if zone != hostOf[name] {
+			t.Errorf("node %s: zone %q, host %q; want the zone of its host", name, zone, hostOf[name])
+		}
+	}
+	if len(hostOf) != 2 || hostOf["lab-node-1"] == hostOf["lab-node-2"] {
+		t.Fatalf("nodes on hosts %v, want one on each", hostOf)
+	}
+
+	// Each replica peers with the router; the router routes every pod CIDR
+	// to its node.
+	eventually(t, "the router's sessions with both replicas and a route to every pod CIDR", 90*time.Second, time.Second, func() string {
+		s := l.status()
+		if s.Router == nil || len(s.Router.Sessions) != 2 {
+			return fmt.Sprintf("router %+v, want a session with each of 2 hosts", s.Router)
+		}
+		for h, state := range s.Router.Sessions {
+			if state != "Established" {
+				return fmt.Sprintf("the router's session with %s is %s", h, state)
+			}
+		}
+		for _, n := range s.Nodes {
+			if want := "via " + internalIP[n.Name]; n.PodCIDR == "" || n.RouterRoute != want {
+				return fmt.Sprintf("node %s (%s): the router's route to %q is %q, want %q", n.Name, n.Host, n.PodCIDR, n.RouterRoute, want)
+			}
+		}
+		return ""
+	})
+
+	// One VIP, pods on both hosts behind it.
+	l.apply(netexec("web", 4, "") + "---\n" + loadBalancer("web", false))
+	l.mustKubectl("rollout", "status", "deployment/web", "--timeout=5m")
+	podNode, podIP := l.podsOf("web")
+	podOn := map[string]string{} // host -> a pod on it
+	for p, n := range podNode {
+		podOn[hostOf[n]] = p
+	}
+	if len(podOn) != 2 {
+		t.Fatalf("the web pods run on hosts %v (pods %v), want both", podOn, podNode)
+	}
+	vip := ""
+	answeredFrom := map[string]bool{} // hosts
+	eventually(t, "the VIP answered by pods on both hosts", 2*time.Minute, 250*time.Millisecond, func() string {
+		if vip, _ = l.announcer("default/web"); vip == "" {
+			return "no VIP in status yet"
+		}
+		got, err := l.curl("http://" + vip + "/hostname")
+		if n, ok := podNode[got]; err == nil && ok {
+			answeredFrom[hostOf[n]] = true
+		}
+		if len(answeredFrom) < 2 {
+			return fmt.Sprintf("answered from hosts %v so far (last %q %v)", answeredFrom, got, err)
+		}
+		return ""
+	})
+
+	// Pod to pod across hosts, both ways: a guest's gateway is the router,
+	// which routes each pod CIDR to its node.
+	for _, pair := range [][2]string{{hosts[0].Name, hosts[1].Name}, {hosts[1].Name, hosts[0].Name}} {
+		a, b := podOn[pair[0]], podOn[pair[1]]
+		got, err := l.kubectl(time.Minute, "exec", a, "--", "wget", "-qO-", "-T", "5", "http://"+podIP[b]+":8080/hostname")
+		if strings.TrimSpace(got) != b {
+			t.Errorf("pod %s on %s fetched pod %s on %s at %s: %q %v", a, pair[0], b, pair[1], podIP[b], got, err)
+		}
+	}
+
+	// Lose the second host: every QEMU of its guests killed. The VIP is
+	// answered from the first host, and no Node is deleted: the hypervisor
+	// says the domains are shut off.
+	lost := hosts[1].Name
+	var lostNodes []string
+	for n, h := range hostOf {
+		if h == lost {
+			lostNodes = append(lostNodes, n)
+		}
+	}
+	killed := time.Now()
+	for _, n := range lostNodes {
+		if out, err := exec.Command("pkill", "-9", "-f", "guest="+n+",").CombinedOutput(); err != nil {
+			t.Fatalf("kill the QEMU of %s: %v %s", n, err, out)
+		}
+	}
+	eventually(t, "the VIP answered from "+hosts[0].Name+" after losing "+lost, 3*time.Minute, 100*time.Millisecond, func() string {
+		got, err := l.curl("http://" + vip + "/hostname")
+		if err != nil || hostOf[podNode[got]] != hosts[0].Name {
+			return fmt.Sprintf("%q %v", got, err)
+		}
+		return ""
+	})
+	t.Logf("VIP %s answered from %s %.2fs after %s's guests %v were killed", vip, hosts[0].Name, time.Since(killed).Seconds(), lost, lostNodes)
+	eventually(t, "the lost host's Nodes shut down, not deleted", 3*time.Minute, time.Second, func() string {
+		s := l.status()
+		if len(s.Nodes) != 2 {
+			return fmt.Sprintf("%d Nodes, want 2", len(s.Nodes))
+		}
+		for _, n := range s.Nodes {
+			if n.Host == lost && !strings.Contains(strings.Join(n.Taints, ","), "node.cloudprovider.kubernetes.io/shutdown") {
+				return fmt.Sprintf("node %s: taints %v", n.Name, n.Taints)
+			}
+		}
+		return ""
+	})
+
+	// down removes every host: namespaces, libvirtd, CCM replica, dirs.
+	pids := maps.Clone(st.Pids)
+	for k, v := range hosts[1].Pids {
+		pids[hosts[1].Name+"/"+k] = v
+	}
+	l.downTwiceLeavesNothing(pids)
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), hosts[1].Netns) || strings.Contains(string(out), lab.RouterNetns) {
+		t.Errorf("namespaces left behind: %s", out)
+	}
+	if left, _ := filepath.Glob("/run/labcloud/host2-*"); len(left) > 0 {
+		t.Errorf("the second host's libvirtd directories left behind: %v", left)
+	}
+}
