@@ -85,7 +85,7 @@ func (u *upRun) runReplica(h *Host) error {
 	if err != nil {
 		return err
 	}
-	cfg := filepath.Join(u.st.Dir, "cloud-config-"+h.Name+".yaml")
+	cfg := replicaCloudConfig(u.st.Dir, h.Name)
 	if err := os.WriteFile(cfg, data, 0o600); err != nil {
 		return err
 	}

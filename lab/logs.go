@@ -21,9 +21,13 @@ import (
 func cpLog(dir, name string) string { return filepath.Join(dir, "controlplane", name+".log") }
 func ccmLog(dir string) string      { return filepath.Join(dir, "ccm.log") }
 
-// ccmReplicaLog and hostLibvirtdLog are a host's but the first's.
+// ccmReplicaLog, replicaCloudConfig and hostLibvirtdLog are a host's but
+// the first's.
 func ccmReplicaLog(dir, host string) string {
 	return filepath.Join(dir, "ccm-"+host+".log")
+}
+func replicaCloudConfig(dir, host string) string {
+	return filepath.Join(dir, "cloud-config-"+host+".yaml")
 }
 func hostLibvirtdLog(dir, host string) string {
 	return filepath.Join(dir, "libvirtd-"+host+".log")
@@ -161,14 +165,21 @@ func exportLogFiles(st *State, dir, qemuLogs string) error {
 	}
 	for _, s := range LogSources(st) {
 		if slices.Contains(st.Nodes, s.Component) {
+			logs := qemuLogs
+			if h, err := st.hostOfNode(s.Component); err == nil && h.Index > 1 {
+				logs = filepath.Join(h.private(st.Dir).Root, "log", "qemu")
+			}
 			cp(s.Path, filepath.Join("nodes", s.Component, "console.log"))
-			cp(filepath.Join(qemuLogs, s.Component+".log"), filepath.Join("nodes", s.Component, "qemu.log"))
+			cp(filepath.Join(logs, s.Component+".log"), filepath.Join("nodes", s.Component, "qemu.log"))
 			continue
 		}
 		cp(s.Path, s.Component+".log")
 	}
 	cp(statePath(st.Dir), "state.json")
 	cp(filepath.Join(st.Dir, "cloud-config.yaml"), "cloud-config.yaml")
+	for _, h := range st.LabHosts()[1:] {
+		cp(replicaCloudConfig(st.Dir, h.Name), filepath.Base(replicaCloudConfig(st.Dir, h.Name)))
+	}
 	return errors.Join(errs...)
 }
 
