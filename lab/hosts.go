@@ -113,17 +113,34 @@ func (s *State) CreateNetwork(h Host) error {
 	return n.Create(c)
 }
 
-// startOtherHosts makes every host but the first: its namespace, its
-// libvirtd and its network.
-func (u *upRun) startOtherHosts(ctx context.Context) error {
-	for i := 1; i < len(u.st.Hosts); i++ {
-		h := &u.st.Hosts[i]
-		_ = exec.Command("ip", "netns", "del", h.Netns).Run()
-		for _, args := range [][]string{{"netns", "add", h.Netns}, {"-n", h.Netns, "link", "set", "lo", "up"}} {
-			if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+// MakeNamespaces makes, afresh, the network namespaces a lab of opts
+// runs in: the lab's, the router's (full lab) and each other host's, each
+// with its loopback up. It must run in the host's mount namespace, where
+// their names must be seen; the caller holds the host lock.
+func MakeNamespaces(opts Options) error {
+	names := []string{Netns}
+	if !opts.Light {
+		names = append(names, RouterNetns)
+		for _, h := range labHosts(opts.Dir, opts.Hosts)[1:] {
+			names = append(names, h.Netns)
+		}
+	}
+	for _, ns := range names {
+		_ = exec.Command("ip", "netns", "del", ns).Run()
+		for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "set", "lo", "up"}} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 				return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 			}
 		}
+	}
+	return nil
+}
+
+// startOtherHosts starts every host but the first in its namespace
+// (MakeNamespaces made it): its libvirtd and its network.
+func (u *upRun) startOtherHosts(ctx context.Context) error {
+	for i := 1; i < len(u.st.Hosts); i++ {
+		h := &u.st.Hosts[i]
 		p, err := h.private(u.st.Dir).Start(ctx, hostLibvirtdLog(u.st.Dir, h.Name))
 		if err != nil {
 			return fmt.Errorf("%s: %w", h.Name, err)

@@ -30,7 +30,7 @@ const (
 	RouterAddr6 = "fd00:10:123::fe"
 	routerASN   = 64512
 	ccmASN      = 64513
-	routerLink  = "lcrt0" // a host's port to the LAN, in its namespace
+	HostUplink  = "lcrt0" // a host's port to the LAN, in its namespace
 	lanBridge   = "lan0"  // the LAN, in the router's namespace
 )
 
@@ -56,14 +56,11 @@ func (u *upRun) startRouter(ctx context.Context) error {
 		fmt.Fprintf(u.opts.Out, "           no LAN router: %v\n", err)
 		return nil
 	}
-	_ = exec.Command("ip", "netns", "del", RouterNetns).Run()
 	addrs := []string{RouterAddr + "/24"}
 	if u.st.IPFamily.HasIPv6() {
 		addrs = append(addrs, RouterAddr6+"/64")
 	}
-	cmds := [][]string{
-		{"netns", "add", RouterNetns},
-		{"-n", RouterNetns, "link", "set", "lo", "up"},
+	cmds := [][]string{ // in RouterNetns, which MakeNamespaces made
 		{"-n", RouterNetns, "link", "add", lanBridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
 	}
 	for _, a := range addrs {
@@ -73,8 +70,8 @@ func (u *upRun) startRouter(ctx context.Context) error {
 	for _, h := range u.st.Hosts {
 		port := fmt.Sprintf("host%d", h.Index)
 		cmds = append(cmds,
-			[]string{"-n", h.Netns, "link", "add", routerLink, "type", "veth", "peer", "name", port, "netns", RouterNetns},
-			[]string{"-n", h.Netns, "link", "set", routerLink, "master", Bridge, "up"},
+			[]string{"-n", h.Netns, "link", "add", HostUplink, "type", "veth", "peer", "name", port, "netns", RouterNetns},
+			[]string{"-n", h.Netns, "link", "set", HostUplink, "master", Bridge, "up"},
 			[]string{"-n", RouterNetns, "link", "set", port, "master", lanBridge, "up"})
 	}
 	for _, args := range cmds {

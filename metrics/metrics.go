@@ -28,6 +28,10 @@ const (
 	// off, crashed, undefined), left the bridge, or has not reported Ready
 	// since it was last seen down.
 	MoveDomainDown = "domain_down"
+	// MoveHostLost: the answering node's hypervisor cannot be asked and
+	// its guest stopped answering on the bridge: its host is down or cut
+	// off.
+	MoveHostLost = "host_lost"
 	// MoveNodeNotReady: the answering node's Node is not Ready.
 	MoveNodeNotReady = "node_not_ready"
 	// MoveNodeDeleted: the answering node's Node is gone or being deleted.

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -88,6 +89,9 @@ type placement struct {
 	// known holds each Node's last facts, used while its hypervisor
 	// cannot be asked: an unreachable hypervisor is not a dead node.
 	known map[string]nodeFacts
+	// live probes the guests whose hypervisor cannot be asked: a lost
+	// host's are.
+	live *liveness
 	// holdTimer pokes a pass when the earliest UnknownHold of the last
 	// pass is over; the pass owns it.
 	holdTimer *time.Timer
@@ -125,7 +129,7 @@ func newPlacement(cfg placementConfig) *placement {
 	if cfg.localWarmup == 0 {
 		cfg.localWarmup = LocalEndpointWarmup
 	}
-	return &placement{
+	p := &placement{
 		placementConfig: cfg,
 		kick:            make(chan struct{}, 1),
 		passing:         make(chan struct{}, 1),
@@ -135,6 +139,10 @@ func newPlacement(cfg placementConfig) *placement {
 		reportAt:        map[string]time.Time{},
 		awaiting:        map[string]bool{},
 	}
+	p.live = newLiveness(func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
+		return p.ann.Probe(ctx, ip)
+	}, p.poke)
+	return p
 }
 
 // poke asks the loop for a pass; pokes coalesce.
@@ -171,6 +179,7 @@ func (p *placement) run(ctx context.Context) {
 		})
 	}
 	wg.Go(func() { p.watchConnections(ctx) })
+	wg.Go(func() { p.live.run(ctx) })
 	wg.Go(func() { p.conds.run(ctx) })
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return
@@ -194,8 +203,9 @@ func (p *placement) run(ctx context.Context) {
 	}
 }
 
-// watchConnections pokes a pass when a hypervisor answers again: its cache
-// has been resynced by then, so placement is recomputed once from facts.
+// watchConnections pokes a pass when a hypervisor answers again (its cache
+// has been resynced by then, so placement is recomputed once from facts)
+// and when it stops answering (its guests are probed from that pass on).
 func (p *placement) watchConnections(ctx context.Context) {
 	up := make([]bool, len(p.hypervisors))
 	t := time.NewTicker(connectionPoll)
@@ -207,8 +217,12 @@ func (p *placement) watchConnections(ctx context.Context) {
 				continue
 			}
 			connected := c.Connected()
-			if connected && !up[i] {
+			switch {
+			case connected && !up[i]:
 				klog.FromContext(ctx).V(2).Info("Hypervisor answers; re-placing VIPs", "zone", h.Zone())
+				p.poke()
+			case !connected && up[i]:
+				klog.FromContext(ctx).Info("Hypervisor cannot be asked; probing its guests on the bridge", "zone", h.Zone())
 				p.poke()
 			}
 			up[i] = connected

@@ -113,8 +113,9 @@ func decideVIP(snap snapshot, ip netip.Addr, claim vipClaim, answeredBy net.Hard
 			return c
 		}
 		// While a hypervisor cannot be asked, a VIP answered by a node
-		// whose state is not known now stays where it is.
-		if snap.unavailable && !(found && current.role == roleCandidate && current.facts.fresh) {
+		// whose state is not known now stays where it is, unless its
+		// guest stopped answering on the bridge.
+		if snap.unavailable && !(found && current.role == roleCandidate && current.facts.fresh) && !(found && current.lost) {
 			return kept(keptUnavailable)
 		}
 		if until, ok := heldOnUnknown(current, found, claim); ok && (to == "" || now.Before(until)) {
@@ -192,6 +193,9 @@ func moveReason(snap snapshot, current nodeView, found bool, claim vipClaim) (st
 		// The hypervisor says the domain is gone: it went down last pass
 		// or was undefined since.
 		return metrics.MoveDomainDown, current.facts.downEvent
+	}
+	if v.lost {
+		return metrics.MoveHostLost, time.Time{}
 	}
 	if !v.domainEligible {
 		return metrics.MoveDomainDown, v.facts.downEvent

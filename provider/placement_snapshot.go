@@ -70,6 +70,10 @@ type nodeView struct {
 	// the Node has reported since the domain was last seen down (until
 	// then its Ready is the one from before).
 	domainEligible bool
+	// lost (listed Nodes whose hypervisor cannot be asked): its guest has
+	// not answered on the bridge for lostAfterMisses probe rounds, so it
+	// is taken for gone with its host.
+	lost bool
 }
 
 // nodeRole is what a listed Node with known facts may do, by its Node.
@@ -183,7 +187,7 @@ func (s *snapshot) judge(reportAt map[string]time.Time, awaiting map[string]bool
 			continue
 		}
 		f := v.facts
-		runs := f.mac != nil && (f.state == libvirtcloud.StateRunning || f.state == libvirtcloud.StatePaused)
+		runs := !v.lost && f.mac != nil && (f.state == libvirtcloud.StateRunning || f.state == libvirtcloud.StatePaused)
 		v.domainEligible = runs && (f.lastDown.IsZero() || reportAt[v.name].After(f.lastDown))
 		switch {
 		case v.role != roleCandidate:
@@ -250,6 +254,7 @@ func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
 		}
 		return false
 	}
+	var unasked map[netip.Addr]net.HardwareAddr // guests to probe: their hypervisor cannot be asked
 	for _, n := range all {
 		v := nodeView{name: n.Name, node: n}
 		d, _, err := p.instances.find(ctx, n)
@@ -262,10 +267,18 @@ func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
 			snap.unavailable = true
 			v.facts, v.known = p.known[n.Name]
 			v.facts.fresh = false
+			if ip, ok := probeAddress(n); ok && v.known && v.facts.mac != nil {
+				if unasked == nil {
+					unasked = map[netip.Addr]net.HardwareAddr{}
+				}
+				unasked[ip] = v.facts.mac
+				v.lost = p.live.lost(ip)
+			}
 		}
 		v.role = roleOf(n, v.known)
 		snap.add(v)
 	}
+	p.live.watch(unasked)
 	// The last pass's facts of MACs that no listed Node's facts have now.
 	for name, f := range p.known {
 		if k, ok := keyOf(f.mac); ok {

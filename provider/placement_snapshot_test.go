@@ -36,6 +36,7 @@ type snapNode struct {
 	gone      bool // the hypervisor says its domain is gone: only the last pass's facts
 	deleted   bool // no Node: only the last pass's facts
 	stale     bool // its hypervisor cannot be asked: the last pass's facts
+	lost      bool // stale, and its guest stopped answering probes
 }
 
 // testMAC is a node's MAC: its name's last letter in the last byte.
@@ -91,7 +92,7 @@ func testSnapshot(nodes []snapNode, vips map[netip.Addr]vipClaim, unavailable bo
 		if n.deleted {
 			continue
 		}
-		v := nodeView{name: n.name, node: n.object(), facts: n.facts(), known: !n.gone}
+		v := nodeView{name: n.name, node: n.object(), facts: n.facts(), known: !n.gone, lost: n.lost}
 		if n.gone {
 			v.facts = nodeFacts{}
 		}

@@ -170,13 +170,13 @@ func upCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_ = exec.Command("ip", "netns", "del", lab.Netns).Run()
+			// Made here, in the host's mount namespace: one made inside
+			// the lab's namespace (ip netns exec gives up a mount namespace
+			// of its own) would have no name anywhere else.
+			err = lab.MakeNamespaces(opts)
 			release()
-			if out, err := exec.Command("ip", "netns", "add", lab.Netns).CombinedOutput(); err != nil {
-				return fmt.Errorf("ip netns add %s: %v: %s", lab.Netns, err, out)
-			}
-			if out, err := exec.Command("ip", "-n", lab.Netns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-				return fmt.Errorf("lo up in %s: %v: %s", lab.Netns, err, out)
+			if err != nil {
+				return err
 			}
 			// The API server's port on the host's loopback: made here, in
 			// the host's namespace, and served from the lab's.

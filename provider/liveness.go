@@ -1,0 +1,167 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// A hypervisor that cannot be asked may be a lost connection (its guests
+// run on) or a lost host (they went with it); only the LAN can tell. While
+// a Node's hypervisor cannot be asked, placement has its guest's address
+// probed on the bridge every livenessRound; after lostAfterMisses rounds
+// in a row without an answer from the guest's MAC, the node is lost: its
+// VIPs move to nodes that can answer them. One answer makes it found again.
+const (
+	livenessRound   = 100 * time.Millisecond
+	lostAfterMisses = 2
+)
+
+// prober asks the bridge who answers for an address (Announcer.Probe).
+type prober func(ctx context.Context, ip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
+
+// liveness probes the guests placement watches. Placement owns the set
+// (watch, every pass); the probe loop owns the verdicts.
+type liveness struct {
+	probe   prober
+	changed func() // a verdict changed: placement must pass again
+
+	mu      sync.Mutex
+	watched map[netip.Addr]*guestLiveness
+}
+
+// guestLiveness is what probing has found of one guest.
+type guestLiveness struct {
+	mac    net.HardwareAddr // the answer that counts: the guest's own
+	misses int              // rounds in a row without it
+}
+
+func newLiveness(probe prober, changed func()) *liveness {
+	return &liveness{probe: probe, changed: changed, watched: map[netip.Addr]*guestLiveness{}}
+}
+
+// watch makes targets (address → the guest's MAC) the guests probed from
+// now on; a guest already watched with the same MAC keeps its misses.
+func (l *liveness) watch(targets map[netip.Addr]net.HardwareAddr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ip, g := range l.watched {
+		if mac, ok := targets[ip]; !ok || !bytes.Equal(mac, g.mac) {
+			delete(l.watched, ip)
+		}
+	}
+	for ip, mac := range targets {
+		if _, ok := l.watched[ip]; !ok {
+			l.watched[ip] = &guestLiveness{mac: mac}
+		}
+	}
+}
+
+// lost says whether the guest at ip is watched and has missed
+// lostAfterMisses rounds in a row.
+func (l *liveness) lost(ip netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g, ok := l.watched[ip]
+	return ok && g.misses >= lostAfterMisses
+}
+
+// run probes every watched guest each round until ctx ends.
+func (l *liveness) run(ctx context.Context) {
+	t := time.NewTicker(livenessRound)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.round(ctx)
+	}
+}
+
+// round probes every watched guest at once and records the answers.
+func (l *liveness) round(ctx context.Context) {
+	l.mu.Lock()
+	targets := make(map[netip.Addr]net.HardwareAddr, len(l.watched))
+	for ip, g := range l.watched {
+		targets[ip] = g.mac
+	}
+	l.mu.Unlock()
+	if len(targets) == 0 {
+		return
+	}
+	answered := make(map[netip.Addr]bool, len(targets))
+	var (
+		wg  sync.WaitGroup
+		amu sync.Mutex
+	)
+	for ip, mac := range targets {
+		wg.Go(func() {
+			owner, taken, err := l.probe(ctx, ip)
+			if err != nil {
+				klog.FromContext(ctx).V(4).Info("Cannot probe a guest whose hypervisor cannot be asked", "address", ip, "err", err)
+				return // no verdict: the probe, not the guest, failed
+			}
+			amu.Lock()
+			answered[ip] = taken && bytes.Equal(owner, mac)
+			amu.Unlock()
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	if l.record(answered) {
+		l.changed()
+	}
+}
+
+// record counts a round's answers (probed address → answered by the
+// guest's MAC) and says whether any guest was lost or found by it.
+func (l *liveness) record(answered map[netip.Addr]bool) (changed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ip, ok := range answered {
+		g, watched := l.watched[ip]
+		if !watched {
+			continue
+		}
+		was := g.misses >= lostAfterMisses
+		if ok {
+			g.misses = 0
+		} else {
+			g.misses++
+		}
+		changed = changed || was != (g.misses >= lostAfterMisses)
+	}
+	return changed
+}
+
+// probeAddress is the address a Node's guest is probed at: its first
+// InternalIP of IPv4 (ARP), else its first InternalIP.
+func probeAddress(n *v1.Node) (netip.Addr, bool) {
+	var first netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != v1.NodeInternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		if ip.Is4() {
+			return ip, true
+		}
+		if !first.IsValid() {
+			first = ip
+		}
+	}
+	return first, first.IsValid()
+}

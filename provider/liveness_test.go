@@ -1,0 +1,114 @@
+package provider
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// A guest is lost after lostAfterMisses rounds in a row without an answer
+// from its own MAC, found again at its first answer; each change, and only
+// a change, asks placement for a pass.
+func TestLivenessVerdicts(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	macA, macB, other := testMAC("a"), testMAC("b"), testMAC("z")
+	var (
+		mu     sync.Mutex
+		owners = map[netip.Addr]net.HardwareAddr{} // who answers each address now; none: silence
+	)
+	probe := func(_ context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		o, ok := owners[ip]
+		return o, ok, nil
+	}
+	answer := func(ip netip.Addr, mac net.HardwareAddr) {
+		mu.Lock()
+		defer mu.Unlock()
+		if mac == nil {
+			delete(owners, ip)
+		} else {
+			owners[ip] = mac
+		}
+	}
+	passes := 0
+	l := newLiveness(probe, func() { passes++ })
+	l.watch(map[netip.Addr]net.HardwareAddr{a: macA, b: macB})
+	answer(a, macA)
+	answer(b, other) // another host answers for b's address: not b
+	ctx := context.Background()
+
+	for round, want := range []struct {
+		lostA, lostB bool
+		passes       int
+	}{{false, false, 0}, {false, true, 1}, {false, true, 1}} {
+		l.round(ctx)
+		if l.lost(a) != want.lostA || l.lost(b) != want.lostB || passes != want.passes {
+			t.Fatalf("round %d: lost a=%v b=%v, %d passes; want %v %v %d", round+1, l.lost(a), l.lost(b), passes, want.lostA, want.lostB, want.passes)
+		}
+	}
+	answer(b, macB)
+	l.round(ctx)
+	if l.lost(b) || passes != 2 {
+		t.Fatalf("b answered: lost %v, %d passes; want found, a second pass", l.lost(b), passes)
+	}
+	answer(a, nil)
+	l.round(ctx)
+	if l.lost(a) {
+		t.Fatalf("a lost after one silent round; want %d", lostAfterMisses)
+	}
+	// A new MAC for a starts its count again; an address no longer
+	// watched has no verdict.
+	l.watch(map[netip.Addr]net.HardwareAddr{a: macB})
+	l.round(ctx)
+	if l.lost(a) {
+		t.Fatalf("a's count survived a new MAC")
+	}
+	l.round(ctx)
+	if !l.lost(a) || l.lost(b) {
+		t.Fatalf("after two silent rounds with its new MAC: a lost %v; b (unwatched) lost %v", l.lost(a), l.lost(b))
+	}
+	l.watch(nil)
+	if l.lost(a) {
+		t.Fatalf("an unwatched address is lost")
+	}
+}
+
+// A failed probe is no verdict: it neither loses nor finds a guest.
+func TestLivenessProbeErrors(t *testing.T) {
+	a := netip.MustParseAddr("10.0.0.1")
+	l := newLiveness(func(context.Context, netip.Addr) (net.HardwareAddr, bool, error) {
+		return nil, false, net.ErrClosed
+	}, func() { t.Errorf("a pass asked for without a verdict") })
+	l.watch(map[netip.Addr]net.HardwareAddr{a: testMAC("a")})
+	for range 2 * lostAfterMisses {
+		l.round(context.Background())
+	}
+	if l.lost(a) {
+		t.Errorf("lost on probe errors alone")
+	}
+}
+
+func TestProbeAddress(t *testing.T) {
+	node := func(addrs ...v1.NodeAddress) *v1.Node {
+		return &v1.Node{Status: v1.NodeStatus{Addresses: addrs}}
+	}
+	for _, tc := range []struct {
+		node *v1.Node
+		want string
+	}{
+		{node(v1.NodeAddress{Type: v1.NodeHostName, Address: "n"}, v1.NodeAddress{Type: v1.NodeInternalIP, Address: "fd00::5"},
+			v1.NodeAddress{Type: v1.NodeInternalIP, Address: "10.0.0.5"}), "10.0.0.5"},
+		{node(v1.NodeAddress{Type: v1.NodeInternalIP, Address: "fd00::5"}, v1.NodeAddress{Type: v1.NodeInternalIP, Address: "fd00::6"}), "fd00::5"},
+		{node(v1.NodeAddress{Type: v1.NodeExternalIP, Address: "10.0.0.5"}, v1.NodeAddress{Type: v1.NodeInternalIP, Address: "bad"}), ""},
+	} {
+		got, ok := probeAddress(tc.node)
+		if (tc.want == "") == ok || ok && got.String() != tc.want {
+			t.Errorf("probeAddress(%v) = %v %v, want %q", tc.node.Status.Addresses, got, ok, tc.want)
+		}
+	}
+}
