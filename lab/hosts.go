@@ -30,9 +30,11 @@ type Host struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"` // also its hypervisor's zone
 	Netns string `json:"netns"`
-	// Address is its bridge's IPv4 address, on the lab's subnet.
-	Address string `json:"address"`
-	URI     string `json:"uri"` // its libvirtd, from any namespace
+	// Address and Address6 are its bridge's addresses on the lab's
+	// subnets (the IPv6 one used when the lab's family has IPv6).
+	Address  string `json:"address"`
+	Address6 string `json:"address6,omitempty"`
+	URI      string `json:"uri"` // its libvirtd, from any namespace
 	// Pids are the daemons of a host other than the first (its libvirtd
 	// under tini, the CCM replica); the first's are in State.Pids.
 	Pids map[string]int `json:"pids,omitempty"`
@@ -45,14 +47,15 @@ type Host struct {
 // it always was, zone lab-host; with several, lab-host1..n.
 func labHosts(stateDir string, n int) []Host {
 	if n <= 1 {
-		return []Host{{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, URI: labURI}}
+		return []Host{{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, Address6: Gateway6, URI: labURI}}
 	}
 	out := make([]Host, n)
 	for k := 1; k <= n; k++ {
-		h := Host{Index: k, Name: fmt.Sprintf("%s%d", labHost, k), Netns: Netns, Address: Gateway, URI: labURI}
+		h := Host{Index: k, Name: fmt.Sprintf("%s%d", labHost, k), Netns: Netns, Address: Gateway, Address6: Gateway6, URI: labURI}
 		if k > 1 {
 			h.Netns = fmt.Sprintf("%s-host%d", Netns, k)
 			h.Address = fmt.Sprintf("%s.%d", subnet, k)
+			h.Address6 = fmt.Sprintf("%s%x", strings.TrimSuffix(Gateway6, "1"), k)
 			h.URI = h.private(stateDir).URI()
 		}
 		out[k-1] = h
@@ -86,14 +89,23 @@ func hostOfGuest(i, hosts int) int { return (i-1)%hosts + 1 }
 // each host's network leases to its own guests only.
 func guestIPv4(i int) string { return fmt.Sprintf("%s.%d", subnet, dhcpFirst-1+i) }
 
-// hostNetwork is host h's libvirt network in a lab of several hosts: the
-// lab's network with h's bridge address, leasing only to h's guests, with
-// the LAN router as their gateway (it learns every pod CIDR over BGP).
-func hostNetwork(h Host, hosts int) libvirtd.Network {
+// hostNetwork is host h's libvirt network in a lab of several hosts of
+// family f: the lab's network with h's bridge addresses, leasing only to
+// h's guests, with the LAN router as their gateway of each family (it
+// learns every pod CIDR over BGP; for IPv6 it advertises itself, and h's
+// advertisements carry the prefix only).
+func hostNetwork(h Host, hosts int, f IPFamily) libvirtd.Network {
 	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr}
+	if f.HasIPv6() {
+		n.IPv6 = &libvirtd.IPv6Net{Address: h.Address6, Prefix: 64, NotDefaultRouter: true}
+	}
 	for i := 1; i <= MaxNodes; i++ {
-		if hostOfGuest(i, hosts) == h.Index {
-			n.Hosts4 = append(n.Hosts4, libvirtd.IPv4Host{MAC: nodeMAC(i), IP: guestIPv4(i)})
+		if hostOfGuest(i, hosts) != h.Index {
+			continue
+		}
+		n.Hosts4 = append(n.Hosts4, libvirtd.IPv4Host{MAC: nodeMAC(i), IP: guestIPv4(i)})
+		if n.IPv6 != nil {
+			n.IPv6.Hosts = append(n.IPv6.Hosts, libvirtd.IPv6Host{DUID: nodeDUID(i), IP: nodeIPv6(i)})
 		}
 	}
 	return n
@@ -108,7 +120,7 @@ func (s *State) CreateNetwork(h Host) error {
 	defer c.Close()
 	n := s.IPFamily.network()
 	if hosts := s.LabHosts(); len(hosts) > 1 {
-		n = hostNetwork(h, len(hosts))
+		n = hostNetwork(h, len(hosts), s.IPFamily)
 	}
 	return n.Create(c)
 }

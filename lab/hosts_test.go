@@ -13,7 +13,7 @@ import (
 // and address, and each but the first has a libvirtd of its own.
 func TestLabHosts(t *testing.T) {
 	one := labHosts("/var/lib/labcloud/lab", 1)
-	if len(one) != 1 || !reflect.DeepEqual(one[0], Host{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, URI: labURI}) {
+	if len(one) != 1 || !reflect.DeepEqual(one[0], Host{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, Address6: Gateway6, URI: labURI}) {
 		t.Fatalf("one host: %+v", one)
 	}
 	hosts := labHosts("/var/lib/labcloud/lab", 3)
@@ -22,7 +22,7 @@ func TestLabHosts(t *testing.T) {
 		if h.Index != i+1 {
 			t.Errorf("host %d has index %d", i+1, h.Index)
 		}
-		for _, v := range []string{h.Name, h.Netns, h.Address, h.URI} {
+		for _, v := range []string{h.Name, h.Netns, h.Address, h.Address6, h.URI} {
 			if seen[v] && v != Netns && v != labURI {
 				t.Errorf("host %s repeats %q", h.Name, v)
 			}
@@ -55,7 +55,7 @@ func TestHostNetworks(t *testing.T) {
 	hosts := labHosts("/var/lib/labcloud/lab", 2)
 	leased := map[string]int{}
 	for _, h := range hosts {
-		x, err := hostNetwork(h, len(hosts)).XML()
+		x, err := hostNetwork(h, len(hosts), DualStack).XML()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,8 +75,12 @@ func TestHostNetworks(t *testing.T) {
 				}
 			}
 		}
-		if n.DnsmasqOptions == nil || len(n.DnsmasqOptions.Option) != 1 || n.DnsmasqOptions.Option[0].Value != "dhcp-option=option:router,"+RouterAddr {
-			t.Errorf("%s: want the router %s as the guests' gateway:\n%s", h.Name, RouterAddr, x)
+		if n.DnsmasqOptions == nil || len(n.DnsmasqOptions.Option) != 2 || n.DnsmasqOptions.Option[0].Value != "dhcp-option=option:router,"+RouterAddr ||
+			n.DnsmasqOptions.Option[1].Value != "ra-param="+Bridge+",10,0" {
+			t.Errorf("%s: want the router %s as the guests' gateway, and advertisements that say the host is no router:\n%s", h.Name, RouterAddr, x)
+		}
+		if len(n.IPs) != 2 || n.IPs[1].Address != h.Address6 || n.IPs[1].DHCP == nil || len(n.IPs[1].DHCP.Ranges) != 0 || len(n.IPs[1].DHCP.Hosts) != len(ip.DHCP.Hosts) {
+			t.Errorf("%s: want its IPv6 address %s and DHCPv6 for its own guests only:\n%s", h.Name, h.Address6, x)
 		}
 	}
 	if len(leased) != MaxNodes {

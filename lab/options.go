@@ -96,8 +96,6 @@ func (o Options) Validate() error {
 		bad("--hosts", o.Hosts, "only for the full lab: the light lab's nodes are simulated in one process")
 	case o.Nodes < o.Hosts:
 		bad("--hosts", o.Hosts, fmt.Sprintf("more hosts than --nodes %d: every host runs a guest", o.Nodes))
-	case o.IPFamily.orIPv4() != IPv4:
-		bad("--hosts", o.Hosts, fmt.Sprintf("only with --ip-family ipv4 for now, not %s: the hosts' IPv6 router advertisements are not arranged yet", o.IPFamily))
 	case o.CloudConfig != "":
 		bad("--hosts", o.Hosts, "not with --cloud-config: each host's replica needs a cloud config of its own, which up writes")
 	}

@@ -87,7 +87,11 @@ func (u *upRun) startRouter(ctx context.Context) error {
 	if err := os.MkdirAll(routerRunDir, 0o755); err != nil {
 		return err
 	}
-	if _, err := frr.Start(ctx, RouterNetns, routerDir(u.st.Dir), routerConfig(u.st.Hosts)); err != nil {
+	cfg := routerConfig(u.st.Hosts)
+	if len(u.st.Hosts) > 1 && u.st.IPFamily.HasIPv6() {
+		cfg.AdvertiseOn = []string{lanBridge} // the hosts' advertisements say they are no router
+	}
+	if _, err := frr.Start(ctx, RouterNetns, routerDir(u.st.Dir), cfg); err != nil {
 		return err
 	}
 	u.st.Router = true

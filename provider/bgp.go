@@ -84,9 +84,11 @@ func (a *bgpAnnouncer) start(ctx context.Context, factory informers.SharedInform
 }
 
 // routeFieldsChanged says whether an update changed what bgpRoutes reads
-// of a Node (its pod CIDRs and InternalIPs); status heartbeats do not.
+// of a Node (its pod CIDRs, InternalIPs and zone, which says whose host
+// it is on); status heartbeats do not.
 func routeFieldsChanged(old, cur *v1.Node) bool {
-	return !slices.Equal(podCIDRsOf(old), podCIDRsOf(cur)) || !slices.Equal(internalIPs(old.Status.Addresses), internalIPs(cur.Status.Addresses))
+	return !slices.Equal(podCIDRsOf(old), podCIDRsOf(cur)) || !slices.Equal(internalIPs(old.Status.Addresses), internalIPs(cur.Status.Addresses)) ||
+		old.Labels[v1.LabelTopologyZone] != cur.Labels[v1.LabelTopologyZone]
 }
 
 // bgpRetry is the wait before announcing again after a failure.

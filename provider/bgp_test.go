@@ -123,10 +123,17 @@ func TestRouteFieldsChanged(t *testing.T) {
 	newCIDR.Spec.PodCIDRs = append(newCIDR.Spec.PodCIDRs, "fd00:244::/64")
 	newIP := base.DeepCopy()
 	newIP.Status.Addresses[0].Address = "10.0.0.99"
+	// The CCM labels a Node's zone when it initializes it, which may come
+	// after its pod CIDR: the zone says which host's replica announces it.
+	zoned := base.DeepCopy()
+	zoned.Labels = map[string]string{v1.LabelTopologyZone: "z1"}
+	otherLabel := base.DeepCopy()
+	otherLabel.Labels = map[string]string{"team": "a"}
 	for name, tc := range map[string]struct {
 		cur  *v1.Node
 		want bool
-	}{"heartbeat": {heartbeat, false}, "pod CIDR added": {newCIDR, true}, "InternalIP changed": {newIP, true}} {
+	}{"heartbeat": {heartbeat, false}, "pod CIDR added": {newCIDR, true}, "InternalIP changed": {newIP, true},
+		"zone labelled": {zoned, true}, "another label": {otherLabel, false}} {
 		if got := routeFieldsChanged(base, tc.cur); got != tc.want {
 			t.Errorf("%s: routeFieldsChanged = %v, want %v", name, got, tc.want)
 		}

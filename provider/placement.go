@@ -49,7 +49,7 @@ type connectivity interface {
 // changed; connectionPoll how often it checks that hypervisors answer.
 const (
 	PlacementResync = 30 * time.Second
-	connectionPoll  = 500 * time.Millisecond
+	connectionPoll  = 100 * time.Millisecond
 )
 
 // placementConfig is what placement works with, fixed at construction.

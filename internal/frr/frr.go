@@ -57,6 +57,10 @@ type Config struct {
 	ASN       uint32
 	RouterID  netip.Addr
 	Neighbors []Neighbor
+	// AdvertiseOn are interfaces on which zebra sends IPv6 router
+	// advertisements (managed flag: addresses by DHCPv6), making the
+	// router the LAN's default IPv6 gateway.
+	AdvertiseOn []string
 }
 
 // Files are the router's configuration, one file per daemon: each
@@ -82,8 +86,12 @@ func (c Config) Files() map[string]string {
 		b.WriteString(" exit-address-family\n")
 	}
 	b.WriteString("exit\n")
+	zebra := "hostname labcloud-router\n"
+	for _, ifname := range c.AdvertiseOn {
+		zebra += fmt.Sprintf("interface %s\n no ipv6 nd suppress-ra\n ipv6 nd ra-interval 3\n ipv6 nd managed-config-flag\nexit\n", ifname)
+	}
 	return map[string]string{
-		"zebra": "hostname labcloud-router\n",
+		"zebra": zebra,
 		"bfdd":  "bfd\n profile labcloud\n  receive-interval 300\n  transmit-interval 300\n  detect-multiplier 3\n exit\nexit\n",
 		"bgpd":  "frr defaults traditional\n" + b.String(),
 	}

@@ -41,3 +41,16 @@ func TestFilesSplitByDaemon(t *testing.T) {
 		}
 	}
 }
+
+// Router advertisements are zebra's: per interface, managed (DHCPv6), and
+// only on the interfaces asked for.
+func TestAdvertiseOnIsZebras(t *testing.T) {
+	if files := (Config{ASN: 64512}).Files(); strings.Contains(files["zebra"], "suppress-ra") {
+		t.Errorf("advertisements with none asked for:\n%s", files["zebra"])
+	}
+	files := Config{ASN: 64512, AdvertiseOn: []string{"lan0"}}.Files()
+	want := "interface lan0\n no ipv6 nd suppress-ra\n ipv6 nd ra-interval 3\n ipv6 nd managed-config-flag\nexit\n"
+	if !strings.Contains(files["zebra"], want) || strings.Contains(files["bgpd"], "suppress-ra") {
+		t.Errorf("zebra's file lacks %q, or bgpd's has it:\n%v", want, files)
+	}
+}

@@ -338,10 +338,15 @@ type IPv4Host struct {
 // libvirt's dnsmasq advertises the prefix with the M flag (addresses by
 // DHCPv6, not SLAAC) and the bridge's link-local address as the router.
 type IPv6Net struct {
-	Address             string
-	Prefix              int
+	Address string
+	Prefix  int
+	// DHCPFirst and DHCPLast are the DHCPv6 range; empty: none, and only
+	// Hosts are leased to.
 	DHCPFirst, DHCPLast string
 	Hosts               []IPv6Host
+	// NotDefaultRouter advertises the prefix with a router lifetime of 0:
+	// another router on the LAN is the guests' default IPv6 gateway.
+	NotDefaultRouter bool
 }
 
 // IPv6Host pins an address to a DHCPv6 client's DUID (hex bytes with colons).
@@ -412,20 +417,30 @@ func (n Network) XML() (string, error) {
 		v4.DHCP.Hosts = append(v4.DHCP.Hosts, host{MAC: h.MAC, IP: h.IP})
 	}
 	out.IPs = append(out.IPs, v4)
+	var opts []option
 	if n.Router != "" {
-		out.DnsmasqNS = "http://libvirt.org/schemas/network/dnsmasq/1.0"
-		out.Dnsmasq = &dnsmasqOptions{[]option{{Value: "dhcp-option=option:router," + n.Router}}}
+		opts = append(opts, option{Value: "dhcp-option=option:router," + n.Router})
 	}
 	if v6 := n.IPv6; v6 != nil {
 		a, err := netip.ParseAddr(v6.Address)
 		if err != nil || !a.Is6() || v6.Prefix < 1 || v6.Prefix > 128 {
 			return "", fmt.Errorf("network %q: IPv6 address %q/%d: want an IPv6 address and a prefix length 1-128", n.Name, v6.Address, v6.Prefix)
 		}
-		x := ip{Family: "ipv6", Address: v6.Address, Prefix: v6.Prefix, DHCP: dhcp{Range: &dhcpRange{v6.DHCPFirst, v6.DHCPLast}}}
+		x := ip{Family: "ipv6", Address: v6.Address, Prefix: v6.Prefix}
+		if v6.DHCPFirst != "" {
+			x.DHCP.Range = &dhcpRange{v6.DHCPFirst, v6.DHCPLast}
+		}
 		for _, h := range v6.Hosts {
 			x.DHCP.Hosts = append(x.DHCP.Hosts, host{ID: h.DUID, IP: h.IP})
 		}
 		out.IPs = append(out.IPs, x)
+		if v6.NotDefaultRouter {
+			opts = append(opts, option{Value: fmt.Sprintf("ra-param=%s,10,0", n.Bridge)})
+		}
+	}
+	if len(opts) > 0 {
+		out.DnsmasqNS = "http://libvirt.org/schemas/network/dnsmasq/1.0"
+		out.Dnsmasq = &dnsmasqOptions{opts}
 	}
 	b, err := xml.MarshalIndent(out, "", "  ")
 	return string(b), err

@@ -41,9 +41,9 @@ const (
 )
 
 type fleet struct {
-	prefix  string
-	n       int
-	fixture string
+	prefix   string
+	n        int
+	fixtures []string // one per hypervisor host; node i's domain is in fixtures[i % len]
 
 	stopLeases func()
 }
@@ -74,21 +74,29 @@ func ipBatch(b testing.TB, lines string, strict bool) {
 // newFleet writes the fixture (n running test-driver domains with a NIC on
 // the e2e bridge) and adds the fleet's subnet to the bridge. Nodes are
 // created by register.
-func newFleet(b testing.TB, prefix string, n int) *fleet {
+func newFleet(b testing.TB, prefix string, n int) *fleet { return newFleetOnHosts(b, prefix, n, 1) }
+
+// newFleetOnHosts is newFleet with the domains spread over hosts
+// test-driver hypervisors, one fixture each, round robin.
+func newFleetOnHosts(b testing.TB, prefix string, n, hosts int) *fleet {
 	bridgeSubnet(b, fleetSubnet)
-	var sb strings.Builder
-	sb.WriteString(`<node><cpu><mhz>2000</mhz><model>x86_64</model><active>64</active><total>64</total><nodes>1</nodes><sockets>1</sockets><cores>64</cores><threads>1</threads></cpu><memory>1073741824</memory>
+	var paths []string
+	for h := range hosts {
+		var sb strings.Builder
+		sb.WriteString(`<node><cpu><mhz>2000</mhz><model>x86_64</model><active>64</active><total>64</total><nodes>1</nodes><sockets>1</sockets><cores>64</cores><threads>1</threads></cpu><memory>1073741824</memory>
 `)
-	for i := range n {
-		fmt.Fprintf(&sb, `<domain type='test'><name>%s</name><uuid>dddddddd-0000-0000-0000-%012d</uuid><memory>2097152</memory><currentMemory>2097152</currentMemory><vcpu>2</vcpu><os><type arch='x86_64'>hvm</type></os><devices><interface type='bridge'><mac address='%s'/><source bridge='%s'/></interface></devices></domain>
+		for i := h; i < n; i += hosts {
+			fmt.Fprintf(&sb, `<domain type='test'><name>%s</name><uuid>dddddddd-0000-0000-0000-%012d</uuid><memory>2097152</memory><currentMemory>2097152</currentMemory><vcpu>2</vcpu><os><type arch='x86_64'>hvm</type></os><devices><interface type='bridge'><mac address='%s'/><source bridge='%s'/></interface></devices></domain>
 `, fleetNodeName(prefix, i), i, fleetMAC(i), env.bridge)
+		}
+		sb.WriteString("</node>\n")
+		path := filepath.Join(b.TempDir(), fmt.Sprintf("fleet-%d.xml", h))
+		if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		paths = append(paths, path)
 	}
-	sb.WriteString("</node>\n")
-	path := filepath.Join(b.TempDir(), "fleet.xml")
-	if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	f := &fleet{prefix: prefix, n: n, fixture: path, stopLeases: func() {}}
+	f := &fleet{prefix: prefix, n: n, fixtures: paths, stopLeases: func() {}}
 	// Neighbour entries as the host learns them from a guest's traffic
 	// (stale until used: the CCM reads them, the kernel never probes them).
 	var neigh, unneigh strings.Builder
@@ -109,11 +117,19 @@ func newFleet(b testing.TB, prefix string, n int) *fleet {
 }
 
 // cloudConfig is the CCM's cloud config for the fleet: the test-driver
-// hypervisor, the shipped address sources, routes and load balancers on
-// the e2e bridge.
+// hypervisors (with several, each on a host of its own, zone bench-H, and
+// the CCM on the first's), the shipped address sources, routes and load
+// balancers on the e2e bridge.
 func (f *fleet) cloudConfig() string {
+	hvs := fmt.Sprintf("hypervisors: [{uri: 'test+unix://%s', zone: bench}]", f.fixtures[0])
+	if len(f.fixtures) > 1 {
+		hvs = "host: bench-0\nhypervisors:"
+		for h, path := range f.fixtures {
+			hvs += fmt.Sprintf("\n  - {uri: 'test+unix://%s', zone: bench-%d, host: bench-%d}", path, h, h)
+		}
+	}
 	return fmt.Sprintf(`region: bench
-hypervisors: [{uri: 'test+unix://%s', zone: bench}]
+%s
 addressSources: [dhcp-leases, arp]
 resyncPeriod: %s
 routes:
@@ -121,7 +137,7 @@ routes:
 loadBalancer:
   bridge: %s
   pools: [{name: bench, addresses: [%s]}]
-`, f.fixture, fleetResync, env.bridge, env.bridge, fleetPool)
+`, hvs, fleetResync, env.bridge, env.bridge, fleetPool)
 }
 
 // register creates every Node (32 clients at once), reports it Ready with

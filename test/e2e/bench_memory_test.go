@@ -31,10 +31,17 @@ import (
 // kernel's peak of the sum (VmHWM). The binary is read from disk, as an
 // installed CCM's is. LABCLOUD_BENCH_PROFILE_DIR saves the
 // CCM's memory map and heap profile at the end.
-func BenchmarkCCMMemory(b *testing.B) {
+func BenchmarkCCMMemory(b *testing.B) { benchCCMMemory(b, 1) }
+
+// BenchmarkCCMMemoryTwoHosts is BenchmarkCCMMemory with the 1000 domains
+// on two hypervisor hosts, 500 each: the CCM holds a connection, a domain
+// cache and a zone per host.
+func BenchmarkCCMMemoryTwoHosts(b *testing.B) { benchCCMMemory(b, 2) }
+
+func benchCCMMemory(b *testing.B, hosts int) {
 	requireEnv(b)
 	const nodes, services = 1000, 1000
-	f := newFleet(b, "mem", nodes)
+	f := newFleetOnHosts(b, "mem", nodes, hosts)
 	readFromDisk(b, env.ccmBin)
 	ccm := startCCMWithEnv(b, os.Getenv("LABCLOUD_BENCH_CCM_ENV"), f.cloudConfig())
 	servicesGoneAtEnd(b, "mem-")

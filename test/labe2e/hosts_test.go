@@ -3,6 +3,7 @@ package labe2e
 import (
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +15,8 @@ import (
 	"github.com/labcloud/labcloud/lab"
 )
 
-// TestLabHosts: a lab of two hypervisor hosts, one guest each, their
-// bridges on one LAN with the FRR router. Each host's replica peers with
+// TestLabHosts: a dual-stack lab of two hypervisor hosts, one guest each,
+// their bridges on one LAN with the FRR router. Each host's replica peers with
 // the router, which learns every pod CIDR via its node; one VIP is answered
 // by pods on both hosts; pods reach each other across hosts through the
 // router; losing a whole host's guests keeps the VIP answered and deletes
@@ -23,8 +24,8 @@ import (
 func TestLabHosts(t *testing.T) {
 	l := newLabcloud(t)
 	start := time.Now()
-	out := l.must(30*time.Minute, "up", "--hosts", "2", "--nodes", "2")
-	t.Logf("labcloud up --hosts 2 --nodes 2 took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	out := l.must(30*time.Minute, "up", "--hosts", "2", "--nodes", "2", "--ip-family", "dual")
+	t.Logf("labcloud up --hosts 2 --nodes 2 --ip-family dual took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
 	st, err := lab.LoadState(l.dir)
 	if err != nil {
 		t.Fatal(err)
@@ -34,14 +35,17 @@ func TestLabHosts(t *testing.T) {
 		t.Fatalf("state has hosts %+v, want 2", hosts)
 	}
 
-	hostOf := map[string]string{} // node -> host
-	internalIP := map[string]string{}
+	hostOf := map[string]string{}        // node -> host
+	internalIPs := map[string][]string{} // node -> its InternalIPs, IPv4 first
 	for _, n := range l.status().Nodes {
 		hostOf[n.Name] = n.Host
 		for _, a := range n.Addresses {
 			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok {
-				internalIP[n.Name] = ip
+				internalIPs[n.Name] = append(internalIPs[n.Name], ip)
 			}
+		}
+		if len(internalIPs[n.Name]) != 2 {
+			t.Errorf("node %s: InternalIPs %v, want one of each family", n.Name, internalIPs[n.Name])
 		}
 	}
 	zones := l.mustKubectl("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.labels.topology\.kubernetes\.io/zone}{" "}{end}`)
@@ -68,8 +72,13 @@ func TestLabHosts(t *testing.T) {
 			}
 		}
 		for _, n := range s.Nodes {
-			if want := "via " + internalIP[n.Name]; n.PodCIDR == "" || n.RouterRoute != want {
-				return fmt.Sprintf("node %s (%s): the router's route to %q is %q, want %q", n.Name, n.Host, n.PodCIDR, n.RouterRoute, want)
+			if len(n.PodCIDRs) != 2 || len(internalIPs[n.Name]) != 2 {
+				return fmt.Sprintf("node %s: pod CIDRs %v, InternalIPs %v", n.Name, n.PodCIDRs, internalIPs[n.Name])
+			}
+			for i, cidr := range n.PodCIDRs {
+				if want := cidr + " via " + internalIPs[n.Name][i]; !strings.Contains(n.RouterRoute, want) {
+					return fmt.Sprintf("node %s (%s): the router's routes %q, want %q", n.Name, n.Host, n.RouterRoute, want)
+				}
 			}
 		}
 		return ""
@@ -78,7 +87,13 @@ func TestLabHosts(t *testing.T) {
 	// One VIP, pods on both hosts behind it.
 	l.apply(netexec("web", 4, "") + "---\n" + loadBalancer("web", false))
 	l.mustKubectl("rollout", "status", "deployment/web", "--timeout=5m")
-	podNode, podIP := l.podsOf("web")
+	podNode, _ := l.podsOf("web")
+	podIPs := map[string][]string{} // pod -> its IPs, IPv4 first
+	for _, line := range strings.Split(l.mustKubectl("get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.podIPs[*].ip}{"\n"}{end}`), "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			podIPs[f[0]] = f[1:]
+		}
+	}
 	podOn := map[string]string{} // host -> a pod on it
 	for p, n := range podNode {
 		podOn[hostOf[n]] = p
@@ -102,13 +117,44 @@ func TestLabHosts(t *testing.T) {
 		return ""
 	})
 
-	// Pod to pod across hosts, both ways: a guest's gateway is the router,
-	// which routes each pod CIDR to its node.
+	// A RequireDualStack Service: both VIPs answered on the LAN.
+	l.apply(`apiVersion: v1
+kind: Service
+metadata: {name: web-dual}
+spec:
+  type: LoadBalancer
+  ipFamilyPolicy: RequireDualStack
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+`)
+	eventually(t, "both VIPs of a RequireDualStack Service answered", 2*time.Minute, 250*time.Millisecond, func() string {
+		vips := strings.Fields(l.mustKubectl("get", "svc", "web-dual", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}"))
+		if len(vips) != 2 {
+			return fmt.Sprintf("VIPs %v, want one of each family", vips)
+		}
+		for _, v := range vips {
+			got, err := l.curl("http://" + net.JoinHostPort(v, "80") + "/hostname")
+			if _, ok := podNode[got]; err != nil || !ok {
+				return fmt.Sprintf("%s: %q %v", v, got, err)
+			}
+		}
+		return ""
+	})
+
+	// Pod to pod across hosts, both ways, in both families: a guest's
+	// gateway is the router (its IPv4 one by DHCP, its IPv6 one by the
+	// router's advertisements), which routes each pod CIDR to its node.
 	for _, pair := range [][2]string{{hosts[0].Name, hosts[1].Name}, {hosts[1].Name, hosts[0].Name}} {
 		a, b := podOn[pair[0]], podOn[pair[1]]
-		got, err := l.kubectl(time.Minute, "exec", a, "--", "wget", "-qO-", "-T", "5", "http://"+podIP[b]+":8080/hostname")
-		if strings.TrimSpace(got) != b {
-			t.Errorf("pod %s on %s fetched pod %s on %s at %s: %q %v", a, pair[0], b, pair[1], podIP[b], got, err)
+		if len(podIPs[b]) != 2 {
+			t.Errorf("pod %s has IPs %v, want one of each family", b, podIPs[b])
+		}
+		for _, ip := range podIPs[b] {
+			url := "http://" + net.JoinHostPort(ip, "8080") + "/hostname"
+			got, err := l.kubectl(time.Minute, "exec", a, "--", "wget", "-qO-", "-T", "5", url)
+			if strings.TrimSpace(got) != b {
+				t.Errorf("pod %s on %s fetched pod %s on %s at %s: %q %v", a, pair[0], b, pair[1], url, got, err)
+			}
 		}
 	}
 
