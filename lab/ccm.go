@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -71,7 +72,7 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 		return err
 	}
 	for i := 1; i < len(u.st.Hosts); i++ {
-		if err := u.runReplica(&u.st.Hosts[i]); err != nil {
+		if err := u.runReplica(ctx, &u.st.Hosts[i]); err != nil {
 			return err
 		}
 	}
@@ -80,7 +81,7 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 
 // runReplica starts host h's CCM replica, in h's namespace: the command
 // line of the first host's with h's cloud config.
-func (u *upRun) runReplica(h *Host) error {
+func (u *upRun) runReplica(ctx context.Context, h *Host) error {
 	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily, u.st.Router, u.st.Hosts, *h))
 	if err != nil {
 		return err
@@ -95,7 +96,7 @@ func (u *upRun) runReplica(h *Host) error {
 			h.CCMCommand[i] = "--cloud-config=" + cfg
 		}
 	}
-	pid, err := launchCCM(h.CCMCommand, h.Netns, ccmReplicaLog(u.st.Dir, h.Name))
+	pid, err := launchReplica(ctx, h, u.st.Dir)
 	if err != nil {
 		return fmt.Errorf("%s's CCM: %w", h.Name, err)
 	}
@@ -166,13 +167,9 @@ const ccmSecurePort = 10258
 // lab's admin (system:masters, authorized by delegation to the API
 // server), /metrics, as the shipped unit promises.
 func checkCCMServing(ctx context.Context, adminKubeconfig, base string, timeout time.Duration) error {
-	cfg, err := clientcmd.LoadFromFile(adminKubeconfig)
+	token, err := adminToken(adminKubeconfig)
 	if err != nil {
 		return err
-	}
-	token := ""
-	for _, a := range cfg.AuthInfos {
-		token = a.Token
 	}
 	// The CCM serves with a self-signed certificate, and the token goes to
 	// 127.0.0.1 in the lab's own namespace.
@@ -202,6 +199,53 @@ func checkCCMServing(ctx context.Context, adminKubeconfig, base string, timeout 
 		return fmt.Errorf("the CCM's secure port %s after %s: %w", base, timeout, last)
 	}
 	return err
+}
+
+// adminToken is the lab admin's bearer token, from its kubeconfig.
+func adminToken(kubeconfig string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range cfg.AuthInfos {
+		if a.Token != "" {
+			return a.Token, nil
+		}
+	}
+	return "", fmt.Errorf("%s has no token", kubeconfig)
+}
+
+// ReplicaLeads says whether host name's CCM replica holds the leader lease,
+// from the leader_election_master_status gauge on its /metrics, which it
+// serves on 127.0.0.1 in its host's namespace.
+func ReplicaLeads(ctx context.Context, st *State, name string) (bool, error) {
+	var h *Host
+	for i := range st.LabHosts() {
+		if st.LabHosts()[i].Name == name {
+			h = &st.LabHosts()[i]
+		}
+	}
+	if h == nil {
+		return false, fmt.Errorf("no host %q in this lab", name)
+	}
+	token, err := adminToken(st.Kubeconfig)
+	if err != nil {
+		return false, err
+	}
+	// The token goes in on standard input, not on the command line.
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", h.Netns, "curl", "-sSk", "--max-time", "3", "-H", "@-",
+		fmt.Sprintf("https://127.0.0.1:%d/metrics", ccmSecurePort))
+	cmd.Stdin = strings.NewReader("Authorization: Bearer " + token + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		return false, fmt.Errorf("%s's CCM /metrics: %w", name, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "leader_election_master_status{") {
+			return strings.HasSuffix(strings.TrimSpace(line), " 1"), nil
+		}
+	}
+	return false, fmt.Errorf("%s's CCM /metrics has no leader_election_master_status", name)
 }
 
 // LaunchCCM starts the first host's CCM as a daemon, in the unit's

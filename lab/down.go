@@ -87,7 +87,7 @@ func removeGuestsOn(uri string, out io.Writer) {
 
 // NodeAction stops, starts or deletes a lab guest's domain, on its host.
 func NodeAction(st *State, name, action string) error {
-	h, err := st.hostOfNode(name)
+	h, err := st.HostOfNode(name)
 	if err != nil {
 		return err
 	}

@@ -202,8 +202,8 @@ func stopNamespace(netns string, out io.Writer) {
 	}
 }
 
-// hostOfNode is the host a lab guest runs on.
-func (s *State) hostOfNode(name string) (Host, error) {
+// HostOfNode is the host a lab guest runs on.
+func (s *State) HostOfNode(name string) (Host, error) {
 	hosts := s.LabHosts()
 	for i, n := range s.Nodes {
 		if n == name {

@@ -166,7 +166,7 @@ func exportLogFiles(st *State, dir, qemuLogs string) error {
 	for _, s := range LogSources(st) {
 		if slices.Contains(st.Nodes, s.Component) {
 			logs := qemuLogs
-			if h, err := st.hostOfNode(s.Component); err == nil && h.Index > 1 {
+			if h, err := st.HostOfNode(s.Component); err == nil && h.Index > 1 {
 				logs = filepath.Join(h.private(st.Dir).Root, "log", "qemu")
 			}
 			cp(s.Path, filepath.Join("nodes", s.Component, "console.log"))

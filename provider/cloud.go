@@ -44,14 +44,17 @@ type Cloud struct {
 	cfg         Config
 	hypervisors []Hypervisor
 	instances   *instances
-	routes      *routes          // nil unless routes.bridge is configured
-	lb          *loadBalancer    // nil unless loadBalancer.bridge is configured
-	lbOff       *loadBalancerOff // serves LoadBalancer Services while lb is nil
-	bgp         *bgpAnnouncer    // nil unless bgp is configured
-	unparsable  *unparsableReporter
-	ctx         context.Context
-	runCtx      context.Context      // from Initialize: ends when the CCM stops
-	client      kubernetes.Interface // from Initialize, for the components
+	routes      *routes // nil unless routes.bridge is configured
+	// routeFollower routes this host's bridge while this replica does not
+	// lead, with hypervisors on several hosts; nil otherwise.
+	routeFollower *routeFollower
+	lb            *loadBalancer    // nil unless loadBalancer.bridge is configured
+	lbOff         *loadBalancerOff // serves LoadBalancer Services while lb is nil
+	bgp           *bgpAnnouncer    // nil unless bgp is configured
+	unparsable    *unparsableReporter
+	ctx           context.Context
+	runCtx        context.Context      // from Initialize: ends when the CCM stops
+	client        kubernetes.Interface // from Initialize, for the components
 }
 
 // component is a part of the provider that needs the cluster: it is
@@ -144,6 +147,9 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if len(flags.ClusterCIDRs) == 0 {
 			klog.FromContext(ctx).Info("routes.bridge is set but --cluster-cidr is not: every CreateRoute will be refused", "bridge", cfg.Routes.Bridge)
 		}
+		if len(cfg.hypervisorHosts()) > 1 && flags.Client != nil {
+			c.routeFollower = c.routes.follow(ctx, flags.Client)
+		}
 	}
 	if cfg.LoadBalancer.Bridge != "" {
 		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs, c.instances); err != nil {
@@ -181,6 +187,11 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 		cancel()
 	}()
 	c.runCtx = ctx
+	if c.routeFollower != nil {
+		// Leading: the route controller routes this host's bridge now.
+		c.routeFollower.halt()
+		c.routeFollower = nil
+	}
 	if len(c.components()) > 0 {
 		c.client = clientBuilder.ClientOrDie("libvirt-cloud-provider")
 	}

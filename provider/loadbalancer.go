@@ -148,7 +148,7 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 		return nil, err
 	}
 	l.defended = defended
-	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools)
+	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools, len(in.cfg.hypervisorHosts()) <= 1)
 	l.role.stand(ctx)
 	go l.runAnnouncer(ctx)
 	return l, nil

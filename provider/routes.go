@@ -51,6 +51,8 @@ type routeTable interface {
 	// Remove deletes the owned route to r.Dst via r.Gateway (any gateway if
 	// unset); a missing route is not an error.
 	Remove(r netroutes.Route) error
+	// Reconcile makes the owned routes exactly desired.
+	Reconcile(desired []netroutes.Route) (netroutes.Result, error)
 }
 
 // Event reasons on Nodes.

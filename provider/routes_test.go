@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -256,6 +257,23 @@ func (f *fakeTable) Remove(r netroutes.Route) error {
 		f.writes++
 	}
 	return nil
+}
+
+func (f *fakeTable) Reconcile(desired []netroutes.Route) (netroutes.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return netroutes.Result{}, f.err
+	}
+	want := map[netip.Prefix]netip.Addr{}
+	for _, r := range desired {
+		want[r.Dst] = r.Gateway
+	}
+	if !maps.Equal(want, f.routes) {
+		f.routes = want
+		f.writes++
+	}
+	return netroutes.Result{}, nil
 }
 
 // startRoutes starts r as the CCM does (the provider's SetInformers, with

@@ -179,13 +179,31 @@ func (r *session) faultLoop(ctx context.Context, deadline time.Time, nodes []str
 		sleep(ctx, time.Until(deadline))
 		return nil
 	}
-	plan := NewPlan(r.opts.Seed, nodes)
+	var losable []string
+	for _, h := range r.inj.st.LabHosts()[1:] {
+		losable = append(losable, h.Name)
+	}
+	plan := NewPlan(r.opts.Seed, nodes, losable)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		f := plan.Next()
 		if f.Kind.isNode() {
 			wait := min(4*time.Minute, time.Until(deadline))
 			if err := r.waitNodesEligible(ctx, len(nodes), wait); err != nil {
 				r.out.printf("skipping %s: not every node can answer for VIPs yet: %v", f, err)
+				continue
+			}
+		}
+		if f.Kind == FaultHostLoss {
+			// Losing the leader's host is losing the leader: no replica
+			// answers until the lease moves (docs/several-hosts.md), as
+			// after ccm-kill. This fault loses a host that does not lead.
+			leads, err := lab.ReplicaLeads(ctx, r.inj.st, f.Host)
+			switch {
+			case err != nil:
+				r.out.printf("skipping %s: cannot tell whether its CCM replica leads: %v", f, err)
+				continue
+			case leads:
+				r.out.printf("skipping %s: its CCM replica leads", f)
 				continue
 			}
 		}

@@ -49,6 +49,12 @@ func (in *injector) inject(ctx context.Context, f Fault) (undo func(context.Cont
 		return in.bridgeFlap()
 	case FaultNetRecreate:
 		return in.networkDestroy()
+	case FaultHostLoss:
+		if err := lab.LoseHost(in.st, f.Host); err != nil {
+			return nil, err
+		}
+		in.obs.hostLost(f.Host, time.Now())
+		return func(ctx context.Context) error { return lab.RestoreHost(ctx, in.st, f.Host) }, nil
 	case FaultServiceCreate:
 		for _, s := range f.Create {
 			if err := createService(ctx, in.client, s); err != nil {
@@ -70,7 +76,11 @@ func (in *injector) inject(ctx context.Context, f Fault) (undo func(context.Cont
 // libvirt's graceful destroy, SIGTERM to QEMU, when the guest ignores it),
 // or by SIGKILL to its QEMU behind libvirt's back.
 func (in *injector) nodeDown(name string, kill bool) (func(context.Context) error, error) {
-	c, err := libvirt.NewConnect(in.st.LibvirtURI())
+	h, err := in.st.HostOfNode(name)
+	if err != nil {
+		return nil, err
+	}
+	c, err := libvirt.NewConnect(h.URI)
 	if err != nil {
 		return nil, fmt.Errorf("libvirt: %w", err)
 	}
@@ -100,7 +110,7 @@ func (in *injector) nodeDown(name string, kill bool) (func(context.Context) erro
 		return nil, fmt.Errorf("domain %s still running after it was stopped", name)
 	}
 	in.obs.wentDown(name, time.Now())
-	return func(context.Context) error { return host.StartDomain(in.st.LibvirtURI(), name) }, nil
+	return func(context.Context) error { return host.StartDomain(h.URI, name) }, nil
 }
 
 // ccmKill SIGKILLs the CCM; the recovery starts it again with the command

@@ -347,29 +347,55 @@ func snapService(svc *v1.Service, eps []discoveryv1.EndpointSlice) Service {
 	return ss
 }
 
-// readDomains asks libvirt for the lab's domains; when it cannot, it
-// returns the last ones it saw and false.
+// readDomains asks each host's libvirt for the lab's domains. A host that
+// cannot be asked (lost) keeps its domains as last seen, shut off: they
+// exist, so their Nodes must be kept, but they may answer for no VIP.
+// When no host can be asked it returns the last domains it saw and false.
 func (o *observer) readDomains(now time.Time) (map[string]Domain, bool) {
-	doms, err := host.Domains(o.st.LibvirtURI(), lab.NetworkName, lab.NodePrefix)
+	got, asked := map[string]Domain{}, false
+	for _, h := range o.st.LabHosts() {
+		doms, err := host.Domains(h.URI, lab.NetworkName, lab.NodePrefix)
+		o.mu.Lock()
+		if err != nil {
+			for name, d := range o.domains {
+				if on, _ := o.st.HostOfNode(name); on.Name == h.Name {
+					d.Running = false
+					got[name] = d
+				}
+			}
+			o.mu.Unlock()
+			continue
+		}
+		asked = true
+		for name, dom := range doms {
+			d := Domain{Running: dom.Running, MAC: dom.MAC}
+			if !d.Running && now.After(o.downAt[name]) {
+				o.downAt[name] = now
+			}
+			d.LastDown = o.downAt[name]
+			// A guest that booted before chaos began was down just before
+			// its QEMU started.
+			if started, err := host.QEMUStarted(name); d.Running && err == nil && started.After(d.LastDown) {
+				d.LastDown = started
+			}
+			got[name] = d
+		}
+		o.mu.Unlock()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err != nil {
+	if !asked {
 		return o.domains, false
-	}
-	got := map[string]Domain{}
-	for name, dom := range doms {
-		d := Domain{Running: dom.Running, MAC: dom.MAC}
-		if !d.Running && now.After(o.downAt[name]) {
-			o.downAt[name] = now
-		}
-		d.LastDown = o.downAt[name]
-		// A guest that booted before chaos began was down just before its
-		// QEMU started.
-		if started, err := host.QEMUStarted(name); d.Running && err == nil && started.After(d.LastDown) {
-			d.LastDown = started
-		}
-		got[name] = d
 	}
 	o.domains = got
 	return got, true
+}
+
+// hostLost records that every guest of host went down at t.
+func (o *observer) hostLost(hostName string, t time.Time) {
+	for _, n := range o.st.Nodes {
+		if on, _ := o.st.HostOfNode(n); on.Name == hostName {
+			o.wentDown(n, t)
+		}
+	}
 }

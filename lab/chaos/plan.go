@@ -32,11 +32,15 @@ const (
 	FaultServiceCreate FaultKind = "service-create"
 	// FaultServiceDelete deletes one of the Services chaos created.
 	FaultServiceDelete FaultKind = "service-delete"
+	// FaultHostLoss takes a whole hypervisor host (not the first) off a
+	// lab of several, as a power cut would (lab.LoseHost), then brings it
+	// back with its guests and CCM replica (lab.RestoreHost).
+	FaultHostLoss FaultKind = "host-loss"
 )
 
 // FaultKinds are all kinds, in a fixed order: the plan's draws depend on it.
 func FaultKinds() []FaultKind {
-	return []FaultKind{FaultNodeStop, FaultNodeKill, FaultCCMKill, FaultLibvirtd, FaultBridgeFlap, FaultNetRecreate, FaultServiceCreate, FaultServiceDelete}
+	return []FaultKind{FaultNodeStop, FaultNodeKill, FaultCCMKill, FaultLibvirtd, FaultBridgeFlap, FaultNetRecreate, FaultServiceCreate, FaultServiceDelete, FaultHostLoss}
 }
 
 // faultPolicy says how a fault kind is judged.
@@ -76,11 +80,19 @@ func (k FaultKind) policy() faultPolicy {
 		return faultPolicy{Settle: 10 * time.Second, weight: 2}
 	case FaultServiceDelete:
 		return faultPolicy{Settle: 10 * time.Second, weight: 1}
+	case FaultHostLoss:
+		// The lost host's VIPs move once its guests miss two probe rounds;
+		// back, its guests boot and report before they answer again.
+		return faultPolicy{Settle: 5 * time.Second, weight: 2, holdMin: 10 * time.Second, holdMax: 20 * time.Second}
 	}
 	return faultPolicy{Settle: 10 * time.Second}
 }
 
-func (k FaultKind) isNode() bool { return k == FaultNodeStop || k == FaultNodeKill }
+// isNode: the fault takes nodes down, so it waits until every node can
+// answer again.
+func (k FaultKind) isNode() bool {
+	return k == FaultNodeStop || k == FaultNodeKill || k == FaultHostLoss
+}
 
 // PlannedService is a LoadBalancer Service chaos creates.
 type PlannedService struct {
@@ -100,6 +112,7 @@ const Namespace = "labcloud-chaos"
 type Fault struct {
 	Kind   FaultKind
 	Node   string // node faults
+	Host   string // host-loss
 	Signal string // libvirtd-restart: TERM or KILL
 	Hold   time.Duration
 	// Gap is the quiet time after the fault has settled, before the next.
@@ -113,6 +126,8 @@ func (f Fault) String() string {
 	switch {
 	case f.Node != "":
 		s += " " + f.Node
+	case f.Host != "":
+		s += " " + f.Host
 	case f.Signal != "":
 		s += " SIG" + f.Signal
 	case f.Delete != nil:
@@ -144,14 +159,16 @@ const maxServices = 8
 type Plan struct {
 	rng   *rand.Rand
 	nodes []string
+	hosts []string // the hosts that may be lost: all but the first
 	live  []PlannedService
 	n     int
 }
 
-// NewPlan starts the sequence for seed over the lab's nodes. With fewer
-// than two nodes no node is ever stopped: its VIPs would have nowhere to go.
-func NewPlan(seed int64, nodes []string) *Plan {
-	return &Plan{rng: rand.New(rand.NewPCG(uint64(seed), 0x6c6162636c6f7564)), nodes: nodes}
+// NewPlan starts the sequence for seed over the lab's nodes and the hosts
+// that may be lost (none in a lab of one host). With fewer than two nodes
+// no node is ever stopped: its VIPs would have nowhere to go.
+func NewPlan(seed int64, nodes, losableHosts []string) *Plan {
+	return &Plan{rng: rand.New(rand.NewPCG(uint64(seed), 0x6c6162636c6f7564)), nodes: nodes, hosts: losableHosts}
 }
 
 // Next returns the next fault. The first two create Services (a pair
@@ -193,6 +210,8 @@ func (p *Plan) draw() Fault {
 		f.Node = p.nodes[p.rng.IntN(len(p.nodes))]
 	case FaultLibvirtd:
 		f.Signal = []string{"TERM", "KILL"}[p.rng.IntN(2)]
+	case FaultHostLoss:
+		f.Host = p.hosts[p.rng.IntN(len(p.hosts))]
 	case FaultServiceCreate:
 		if len(p.live) >= maxServices {
 			return p.delete()
@@ -208,7 +227,7 @@ func (p *Plan) draw() Fault {
 }
 
 func (p *Plan) weight(k FaultKind) int {
-	if k.isNode() && len(p.nodes) < 2 {
+	if k.isNode() && len(p.nodes) < 2 || k == FaultHostLoss && len(p.hosts) == 0 {
 		return 0
 	}
 	return k.policy().weight

@@ -7,7 +7,7 @@ import (
 )
 
 func planFaults(seed int64, nodes []string, n int) []string {
-	p := NewPlan(seed, nodes)
+	p := NewPlan(seed, nodes, nil)
 	var out []string
 	for range n {
 		f := p.Next()
@@ -29,7 +29,8 @@ func TestPlanIsReproducible(t *testing.T) {
 
 func TestPlanCoversEveryKindWithinBounds(t *testing.T) {
 	nodes := []string{"lab-node-1", "lab-node-2"}
-	p := NewPlan(1, nodes)
+	hosts := []string{"lab-host2", "lab-host3"}
+	p := NewPlan(1, nodes, hosts)
 	kinds := map[FaultKind]int{}
 	live := map[string]bool{}
 	for i := range 300 {
@@ -43,6 +44,10 @@ func TestPlanCoversEveryKindWithinBounds(t *testing.T) {
 		case FaultNodeStop, FaultNodeKill:
 			if !slices.Contains(nodes, f.Node) {
 				t.Errorf("fault %d %s: not a lab node", i, f)
+			}
+		case FaultHostLoss:
+			if !slices.Contains(hosts, f.Host) {
+				t.Errorf("fault %d %s: not a host that may be lost", i, f)
 			}
 		case FaultLibvirtd:
 			if f.Signal != "TERM" && f.Signal != "KILL" {
@@ -73,7 +78,7 @@ func TestPlanCoversEveryKindWithinBounds(t *testing.T) {
 }
 
 func TestPlanStartsWithServices(t *testing.T) {
-	p := NewPlan(3, []string{"a", "b"})
+	p := NewPlan(3, []string{"a", "b"}, nil)
 	first, second := p.Next(), p.Next()
 	if first.Kind != FaultServiceCreate || len(first.Create) != 2 || first.Create[0].SharingKey == "" || first.Create[0].SharingKey != first.Create[1].SharingKey {
 		t.Errorf("first fault %s, want a pair of Services sharing a key", first)
@@ -84,10 +89,20 @@ func TestPlanStartsWithServices(t *testing.T) {
 }
 
 func TestPlanStopsNoNodeOfAOneNodeLab(t *testing.T) {
-	p := NewPlan(5, []string{"lab-node-1"})
+	p := NewPlan(5, []string{"lab-node-1"}, nil)
 	for i := range 200 {
 		if f := p.Next(); f.Kind.isNode() {
 			t.Fatalf("fault %d %s stops the only node", i, f)
+		}
+	}
+}
+
+// A lab of one host has no host to lose: the first runs the control plane.
+func TestPlanLosesNoHostOfAOneHostLab(t *testing.T) {
+	p := NewPlan(5, []string{"lab-node-1", "lab-node-2"}, nil)
+	for i := range 300 {
+		if f := p.Next(); f.Kind == FaultHostLoss {
+			t.Fatalf("fault %d %s in a lab of one host", i, f)
 		}
 	}
 }

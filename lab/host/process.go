@@ -2,10 +2,7 @@ package host
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -137,21 +134,20 @@ func GuestQEMUs(prefix string) []int {
 	})
 }
 
-// QEMUPid finds the QEMU process of guest from libvirt's pid file, checked
-// against its command line.
+// QEMUPid finds the QEMU process of guest by its command line ("-name
+// guest=NAME,..."), whichever libvirtd started it: each of a lab's hosts
+// keeps its pid files in a runtime directory of its own.
 func QEMUPid(guest string) (int, error) {
-	data, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", guest+".pid"))
-	if err != nil {
-		return 0, fmt.Errorf("QEMU pid of %s: %w", guest, err)
+	pids := Processes(func(args []string) bool {
+		return ArgContains(args, "qemu-system") && ArgContains(args, "guest="+guest+",")
+	})
+	switch len(pids) {
+	case 0:
+		return 0, fmt.Errorf("no QEMU process of %s", guest)
+	case 1:
+		return pids[0], nil
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		return 0, fmt.Errorf("QEMU pid file of %s: %w", guest, err)
-	}
-	if !ArgContains(Cmdline(pid), "guest="+guest) {
-		return 0, fmt.Errorf("pid %d is not the QEMU of %s", pid, guest)
-	}
-	return pid, nil
+	return 0, fmt.Errorf("%d QEMU processes of %s: %v", len(pids), guest, pids)
 }
 
 // QEMUStarted is when the QEMU process of a running guest started.

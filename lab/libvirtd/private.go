@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -65,6 +66,20 @@ func (p Private) Start(ctx context.Context, log string) (*controlplane.Process, 
 	if err := p.makeDirs(); err != nil {
 		return nil, err
 	}
+	return p.launch(ctx, log)
+}
+
+// Restart starts it again after it was killed, with its domains and
+// networks as they were (a transient network whose bridge and dnsmasq
+// outlived it is taken up again).
+func (p Private) Restart(ctx context.Context, log string) (*controlplane.Process, error) {
+	for _, f := range []string{"libvirtd.pid", "virtlogd.pid", "run/libvirt-sock", "run/libvirt-sock-ro", "run/libvirt-admin-sock", "run/virtlogd-sock", "run/virtlogd-admin-sock"} {
+		_ = os.Remove(filepath.Join(p.Root, f))
+	}
+	return p.launch(ctx, log)
+}
+
+func (p Private) launch(ctx context.Context, log string) (*controlplane.Process, error) {
 	var binds strings.Builder
 	for _, d := range privateDirs {
 		if err := os.MkdirAll(d.mountpoint, 0o755); err != nil {
@@ -131,6 +146,20 @@ func (p Private) Pids() (libvirtd, virtlogd int) {
 		return pid
 	}
 	return read("libvirtd"), read("virtlogd")
+}
+
+// Kill kills its libvirtd and virtlogd at once (SIGKILL), as a host
+// that loses power does; its directories stay for Restart.
+func (p Private) Kill() {
+	l, v := p.Pids()
+	for _, d := range []struct {
+		pid     int
+		program string
+	}{{l, "libvirtd"}, {v, "virtlogd"}} {
+		if d.pid > 0 && host.IsProcess(d.pid, d.program) {
+			_ = syscall.Kill(d.pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // Stop stops its libvirtd and virtlogd (guests keep running: destroy

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -158,10 +157,9 @@ spec:
 		}
 	}
 
-	// Lose the second host whole, as when it loses power: its LAN port
-	// gone (no TCP FIN or BFD packet leaves it again), then its CCM
-	// replica, its libvirtd and its guests killed. First, a VIP answered
-	// from it: Services over the same pods until one is placed there.
+	// Lose the second host whole, as when it loses power (lab.LoseHost).
+	// First, a VIP answered from it: Services over the same pods until
+	// one is placed there.
 	lost := hosts[1]
 	lostVIP := ""
 	for i := 0; i < 12 && lostVIP == ""; i++ {
@@ -189,17 +187,9 @@ spec:
 		t.Fatalf("none of 12 VIPs placed on %s's node", lost.Name)
 	}
 	killed := time.Now()
-	if out, err := exec.Command("ip", "-n", lost.Netns, "link", "del", lab.HostUplink).CombinedOutput(); err != nil {
-		t.Fatalf("cut %s off the LAN: %v: %s", lost.Name, err, out)
+	if err := lab.LoseHost(st, lost.Name); err != nil {
+		t.Fatal(err)
 	}
-	for _, pattern := range []string{"guest=lab-node-", "libvirtd -p /run/labcloud/host2-", "virtlogd -p /run/labcloud/host2-"} {
-		for _, pid := range pidsMatching(t, pattern) {
-			if pattern != "guest=lab-node-" || hostOf[guestOf(pid)] == lost.Name {
-				_ = exec.Command("kill", "-9", pid).Run()
-			}
-		}
-	}
-	_ = exec.Command("kill", "-9", fmt.Sprint(lost.Pids[lab.CCMProcess])).Run()
 	eventually(t, "VIP "+lostVIP+" answered from "+hosts[0].Name+" after losing "+lost.Name, 3*time.Minute, 50*time.Millisecond, func() string {
 		got, err := l.curl("http://" + lostVIP + "/hostname")
 		if err != nil || hostOf[podNode[got]] != hosts[0].Name {
@@ -248,23 +238,4 @@ spec:
 	if left, _ := filepath.Glob("/run/labcloud/host2-*"); len(left) > 0 {
 		t.Errorf("the second host's libvirtd directories left behind: %v", left)
 	}
-}
-
-// pidsMatching are the processes whose command line contains pattern.
-func pidsMatching(t *testing.T, pattern string) []string {
-	t.Helper()
-	out, _ := exec.Command("pgrep", "-f", pattern).Output()
-	return strings.Fields(string(out))
-}
-
-// guestOf is the lab guest a QEMU process runs ("guest=NAME," in its
-// command line); "" for another process.
-func guestOf(pid string) string {
-	cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
-	_, rest, ok := strings.Cut(string(cmd), "guest=")
-	if !ok {
-		return ""
-	}
-	name, _, _ := strings.Cut(rest, ",")
-	return name
 }

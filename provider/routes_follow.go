@@ -1,0 +1,135 @@
+package provider
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/netroutes"
+)
+
+// With hypervisors on several hosts each replica runs on a host of its
+// own, with a kernel of its own, and the route controller runs in the
+// leader only. So a replica that does not lead routes its own bridge, as
+// the route controller would, until it leads: then the route controller
+// takes over the same routes (Cloud.Initialize stops the follower first),
+// one writer at a time. Shared L2: every Node is on the bridge's subnet.
+
+// routeFollowPeriod is how often a following replica reconciles with
+// nothing changed: the route controller's period in this CCM (its main
+// sets --route-reconciliation-period's default to 2 s), so that a bridge
+// that lost its routes (a flap) has them back as soon on every host.
+const (
+	routeFollowPeriod = 2 * time.Second
+	routeFollowRetry  = time.Second
+)
+
+// routeFollower is the loop that routes a non-leading replica's bridge.
+type routeFollower struct {
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// follow starts routing r's bridge from the cluster's Nodes, watched with
+// client, until the returned follower is stopped.
+func (r *routes) follow(ctx context.Context, client kubernetes.Interface) *routeFollower {
+	ctx, stop := context.WithCancel(ctx)
+	f := &routeFollower{stop: stop, done: make(chan struct{})}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	inf := factory.Core().V1().Nodes()
+	changed := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    poke,
+		DeleteFunc: poke,
+		UpdateFunc: func(o, n any) {
+			old, okOld := o.(*v1.Node)
+			cur, okCur := n.(*v1.Node)
+			if !okOld || !okCur || routeFieldsChanged(old, cur) {
+				poke(n)
+			}
+		},
+	})
+	lister, synced := inf.Lister(), inf.Informer().HasSynced
+	factory.Start(ctx.Done())
+	go func() {
+		defer close(f.done)
+		defer factory.Shutdown()
+		if !cache.WaitForCacheSync(ctx.Done(), synced) {
+			return
+		}
+		log := klog.FromContext(ctx).WithValues("bridge", r.bridge)
+		log.Info("Not leading: routing pod CIDRs on this host's bridge until this replica leads")
+		for {
+			next := routeFollowPeriod
+			if err := r.reconcileFrom(lister); err != nil {
+				log.Error(err, "Could not route the pod CIDRs on this host's bridge; retrying", "in", routeFollowRetry)
+				next = routeFollowRetry // the bridge may be back in a moment
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-time.After(next):
+			}
+		}
+	}()
+	return f
+}
+
+// halt stops the follower and waits until it has written its last route.
+func (f *routeFollower) halt() {
+	f.stop()
+	<-f.done
+}
+
+// reconcileFrom makes the owned routes on the bridge those the Nodes call
+// for: each pod CIDR that may be routed (podCIDRRules) via its Node's
+// InternalIP on a bridge subnet.
+func (r *routes) reconcileFrom(nodes corelisters.NodeLister) error {
+	all, err := nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	subnets, err := r.table.Subnets()
+	if err != nil {
+		return err
+	}
+	connected, err := r.table.Connected()
+	if err != nil {
+		return err
+	}
+	_, err = r.table.Reconcile(followedRoutes(all, subnets, podCIDRRules{cluster: r.cluster, connected: connected}))
+	return err
+}
+
+// followedRoutes are the routes a following replica keeps: netroutes.Desired
+// over the pod CIDRs podCIDRRules allows.
+func followedRoutes(nodes []*v1.Node, subnets []netip.Prefix, rules podCIDRRules) []netroutes.Route {
+	owners := podCIDROwners(nodes)
+	in := make([]netroutes.Node, 0, len(nodes))
+	for _, n := range nodes {
+		rn := netroutes.Node{Name: n.Name, Addresses: internalIPs(n.Status.Addresses)}
+		for _, cidr := range podCIDRsOf(n) {
+			if rules.refusal(cidr, n.Name, owners[cidr]) == "" {
+				rn.PodCIDRs = append(rn.PodCIDRs, cidr)
+			}
+		}
+		in = append(in, rn)
+	}
+	want, _ := netroutes.Desired(subnets, in)
+	return want
+}
