@@ -194,17 +194,13 @@ func (r *session) faultLoop(ctx context.Context, deadline time.Time, nodes []str
 			}
 		}
 		if f.Kind == FaultHostLoss {
-			// Losing the leader's host is losing the leader: no replica
-			// answers until the lease moves (docs/several-hosts.md), as
-			// after ccm-kill. This fault loses a host that does not lead.
 			leads, err := lab.ReplicaLeads(ctx, r.inj.st, f.Host)
-			switch {
-			case err != nil:
+			if err != nil {
 				r.out.printf("skipping %s: cannot tell whether its CCM replica leads: %v", f, err)
 				continue
-			case leads:
-				r.out.printf("skipping %s: its CCM replica leads", f)
-				continue
+			}
+			if leads {
+				f.Kind = FaultLeaderHostLoss
 			}
 		}
 		if err := r.runFault(ctx, f); err != nil {

@@ -49,7 +49,7 @@ func (in *injector) inject(ctx context.Context, f Fault) (undo func(context.Cont
 		return in.bridgeFlap()
 	case FaultNetRecreate:
 		return in.networkDestroy()
-	case FaultHostLoss:
+	case FaultHostLoss, FaultLeaderHostLoss:
 		if err := lab.LoseHost(in.st, f.Host); err != nil {
 			return nil, err
 		}

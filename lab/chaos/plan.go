@@ -36,12 +36,21 @@ const (
 	// lab of several, as a power cut would (lab.LoseHost), then brings it
 	// back with its guests and CCM replica (lab.RestoreHost).
 	FaultHostLoss FaultKind = "host-loss"
+	// FaultLeaderHostLoss is a host-loss whose host's replica leads when
+	// it is injected (never drawn: the session turns a host-loss into it).
+	// Losing that host loses the leader too, and with several hosts no
+	// replica answers until the lease moves: it is judged as ccm-kill is.
+	FaultLeaderHostLoss FaultKind = "host-loss-leader"
 )
 
 // FaultKinds are all kinds, in a fixed order: the plan's draws depend on it.
 func FaultKinds() []FaultKind {
 	return []FaultKind{FaultNodeStop, FaultNodeKill, FaultCCMKill, FaultLibvirtd, FaultBridgeFlap, FaultNetRecreate, FaultServiceCreate, FaultServiceDelete, FaultHostLoss}
 }
+
+// reportedKinds are the kinds a summary reports, in order: every drawn
+// kind, then those a drawn fault may turn into.
+func reportedKinds() []FaultKind { return append(FaultKinds(), FaultLeaderHostLoss) }
 
 // faultPolicy says how a fault kind is judged.
 type faultPolicy struct {
@@ -80,6 +89,8 @@ func (k FaultKind) policy() faultPolicy {
 		return faultPolicy{Settle: 10 * time.Second, weight: 2}
 	case FaultServiceDelete:
 		return faultPolicy{Settle: 10 * time.Second, weight: 1}
+	case FaultLeaderHostLoss:
+		return faultPolicy{Outage: true, Settle: 35 * time.Second, holdMin: 10 * time.Second, holdMax: 20 * time.Second}
 	case FaultHostLoss:
 		// The lost host's VIPs move once its guests miss two probe rounds;
 		// back, its guests boot and report before they answer again.
@@ -91,7 +102,7 @@ func (k FaultKind) policy() faultPolicy {
 // isNode: the fault takes nodes down, so it waits until every node can
 // answer again.
 func (k FaultKind) isNode() bool {
-	return k == FaultNodeStop || k == FaultNodeKill || k == FaultHostLoss
+	return k == FaultNodeStop || k == FaultNodeKill || k == FaultHostLoss || k == FaultLeaderHostLoss
 }
 
 // PlannedService is a LoadBalancer Service chaos creates.

@@ -106,3 +106,18 @@ func TestPlanLosesNoHostOfAOneHostLab(t *testing.T) {
 		}
 	}
 }
+
+// Losing the leader's host loses the leader: judged as ccm-kill is, an
+// outage with its lease's settle bound, and reported beside the drawn kinds.
+func TestLeaderHostLossIsJudgedAsTheLeadersLoss(t *testing.T) {
+	got, want := FaultLeaderHostLoss.policy(), FaultCCMKill.policy()
+	if !got.Outage || got.Settle != want.Settle || got.weight != 0 {
+		t.Errorf("host-loss-leader policy %+v, want an undrawn outage settling within %s", got, want.Settle)
+	}
+	if !slices.Contains(reportedKinds(), FaultLeaderHostLoss) || slices.Contains(FaultKinds(), FaultLeaderHostLoss) {
+		t.Errorf("host-loss-leader must be reported but never drawn")
+	}
+	if !FaultLeaderHostLoss.isNode() {
+		t.Errorf("host-loss-leader takes nodes down: it must wait for every node first")
+	}
+}

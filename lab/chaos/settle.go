@@ -210,7 +210,7 @@ func (t *Tracker) SettleSummary() []SettleStats {
 		groups[k] = append(groups[k], s)
 	}
 	var out []SettleStats
-	for _, k := range FaultKinds() {
+	for _, k := range reportedKinds() {
 		for _, phase := range []string{"inject", "recover"} {
 			g := groups[[2]string{string(k), phase}]
 			if len(g) == 0 {
