@@ -4,24 +4,19 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/relay"
 )
 
 // The API server listens inside the lab's namespace. To reach it from the
@@ -36,94 +31,12 @@ import (
 // forwarderPid is the forwarder's key in State.Pids.
 const forwarderPid = "apiserver-forwarder"
 
-// ListenHost opens the listening socket for the forwarder on the host's
-// loopback (a free port) and returns it as a file to hand down.
-func ListenHost() (*os.File, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listen on the host's loopback for the API server forwarder: %w", err)
-	}
-	defer l.Close()
-	return l.(*net.TCPListener).File()
-}
-
-// Forward accepts connections on l and joins each to a new connection to
-// target, both ways, until ctx ends; then it closes l and every connection
-// and returns once its goroutines have.
-func Forward(ctx context.Context, l net.Listener, target string) error {
-	logger := klog.FromContext(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		<-ctx.Done()
-		l.Close()
-	}()
-	var d net.Dialer
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("accept: %w", err)
-			}
-			// Out of file descriptors and the like: wait and go on.
-			logger.Error(err, "Accept")
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-			up, err := d.DialContext(dctx, "tcp", target)
-			dcancel()
-			if err != nil {
-				logger.Error(err, "Dial the target", "target", target, "client", c.RemoteAddr())
-				return
-			}
-			defer up.Close()
-			stop := context.AfterFunc(ctx, func() { c.Close(); up.Close() })
-			defer stop()
-			join(c, up)
-		}()
-	}
-}
-
-// join copies a→b and b→a; when one side ends, the other is told (half
-// close) and both are done when both directions are.
-func join(a, b net.Conn) {
-	var wg sync.WaitGroup
-	pipe := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-	}
-	wg.Add(2)
-	go pipe(a, b)
-	go pipe(b, a)
-	wg.Wait()
-}
-
 // startForwarder starts `labcloud forward` as a daemon in this (the lab's)
 // namespace with the host's listening socket, waits until the API server
 // answers through it, and writes the host kubeconfig.
 func (u *upRun) startForwarder(ctx context.Context) error {
 	l := u.opts.HostListener
-	addr, err := listenerAddr(l)
+	addr, err := relay.Addr(l)
 	if err != nil {
 		return err
 	}
@@ -169,19 +82,6 @@ func CheckHostAPIServer(ctx context.Context, st *State) error {
 		return fmt.Errorf("the API server through %s (the host's loopback): %w; see labcloud logs %s", st.HostAPIServer, err, forwarderPid)
 	}
 	return nil
-}
-
-// listenerAddr is the local address of a listening socket file.
-func listenerAddr(f *os.File) (string, error) {
-	sa, err := syscall.Getsockname(int(f.Fd()))
-	if err != nil {
-		return "", fmt.Errorf("host listener: %w", err)
-	}
-	in4, ok := sa.(*syscall.SockaddrInet4)
-	if !ok {
-		return "", fmt.Errorf("host listener: not an IPv4 socket (%T)", sa)
-	}
-	return net.JoinHostPort(net.IP(in4.Addr[:]).String(), fmt.Sprint(in4.Port)), nil
 }
 
 // writeHostKubeconfig copies the admin kubeconfig with server replaced.

@@ -7,8 +7,8 @@ import (
 )
 
 // TestImportDirection: arrows point into lab, never out of it. chaos,
-// bench and conformance use lab; lab uses host, the pieces it runs, and
-// none of them. host knows nothing of the lab.
+// bench and conformance use lab; lab uses host, guest, relay and the
+// pieces it runs, and none of them. Those know nothing of the lab.
 func TestImportDirection(t *testing.T) {
 	const mod = "github.com/labcloud/labcloud/"
 	users := []string{"lab/chaos", "lab/bench", "lab/conformance"}
@@ -16,6 +16,8 @@ func TestImportDirection(t *testing.T) {
 		"lab":            users,
 		"lab/host":       append([]string{"lab"}, users...),
 		"lab/kubeletsim": append([]string{"lab"}, users...),
+		"lab/guest":      append([]string{"lab"}, users...),
+		"lab/relay":      append([]string{"lab"}, users...),
 		"lab/chaos":      {"lab/bench", "lab/conformance"},
 		"lab/bench":      {"lab/chaos", "lab/conformance"},
 	} {

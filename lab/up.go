@@ -22,6 +22,7 @@ import (
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/guest"
 	"github.com/labcloud/labcloud/lab/image"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
@@ -341,18 +342,19 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		defer c.Close()
 		conns[k] = c
 	}
-	connOf := func(g guest) *libvirt.Connect { return conns[hostOfGuest(g.index, len(conns))-1] }
+	connOf := func(i int) *libvirt.Connect { return conns[hostOfGuest(i, len(conns))-1] }
 	nodes := filepath.Join(u.st.Dir, "nodes")
 	if err := os.MkdirAll(nodes, 0o700); err != nil {
 		return err
 	}
-	typ, why := chooseAccel(gatherKVMEvidence())
-	if typ == accelKVM {
+	typ, why := guest.ChooseAccel(guest.GatherEvidence())
+	if typ == guest.KVM {
 		fmt.Fprintln(u.opts.Out, "           guests use KVM")
 	} else {
 		fmt.Fprintf(u.opts.Out, "           guests use TCG: %s\n", why)
 	}
-	guests := make(map[string]guest, u.opts.Nodes)
+	guests := make(map[string]guest.Guest, u.opts.Nodes)
+	index := make(map[string]int, u.opts.Nodes)
 	for i := 1; i <= u.opts.Nodes; i++ {
 		name := nodeName(i)
 		initrd := filepath.Join(nodes, name+".initrd")
@@ -370,16 +372,16 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		if err := image.WriteNodeInitrd(initrd, art.Initramfs, files); err != nil {
 			return err
 		}
-		g := guest{index: i, name: name, initrd: initrd, kernel: art.Kernel, disk: disk.Path, console: consoleLog(u.st.Dir, name),
-			hostCoresEach: runtime.NumCPU() / u.opts.Nodes}
-		if err := g.boot(connOf(g), typ); err != nil {
+		g := guest.Guest{Name: name, Initrd: initrd, Kernel: art.Kernel, Disk: disk.Path, Console: consoleLog(u.st.Dir, name),
+			MAC: nodeMAC(i), Network: NetworkName, HostCoresEach: runtime.NumCPU() / u.opts.Nodes}
+		if err := g.Boot(connOf(i), typ); err != nil {
 			return err
 		}
-		guests[name] = g
+		guests[name], index[name] = g, i
 		u.st.Nodes = append(u.st.Nodes, name)
 	}
-	if typ == accelKVM {
-		if err := u.bootSilentWithTCG(connOf, guests); err != nil {
+	if typ == guest.KVM {
+		if err := u.bootSilentWithTCG(func(name string) *libvirt.Connect { return connOf(index[name]) }, guests); err != nil {
 			return err
 		}
 	}
@@ -398,11 +400,11 @@ const kvmConsoleBound = 20 * time.Second
 // bootSilentWithTCG boots with TCG each KVM guest that has written nothing
 // to its console within kvmConsoleBound: an unknown broken KVM costs
 // seconds, not a hung up.
-func (u *upRun) bootSilentWithTCG(connOf func(guest) *libvirt.Connect, guests map[string]guest) error {
+func (u *upRun) bootSilentWithTCG(connOf func(name string) *libvirt.Connect, guests map[string]guest.Guest) error {
 	silent := silentConsoles(guests, time.Now().Add(kvmConsoleBound), 250*time.Millisecond)
 	for _, name := range silent {
 		fmt.Fprintf(u.opts.Out, "           %s: no console output %s after booting with KVM; booting it with TCG\n", name, kvmConsoleBound)
-		c := connOf(guests[name])
+		c := connOf(name)
 		d, err := c.LookupDomainByName(name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -412,7 +414,7 @@ func (u *upRun) bootSilentWithTCG(connOf func(guest) *libvirt.Connect, guests ma
 		if err != nil {
 			return fmt.Errorf("destroy %s: %w", name, err)
 		}
-		if err := guests[name].boot(c, accelTCG); err != nil {
+		if err := guests[name].Boot(c, guest.TCG); err != nil {
 			return err
 		}
 	}
@@ -421,11 +423,11 @@ func (u *upRun) bootSilentWithTCG(connOf func(guest) *libvirt.Connect, guests ma
 
 // silentConsoles waits until every guest has written to its console or
 // the deadline passes, and names those that have not, sorted.
-func silentConsoles(guests map[string]guest, deadline time.Time, poll time.Duration) []string {
+func silentConsoles(guests map[string]guest.Guest, deadline time.Time, poll time.Duration) []string {
 	for {
 		var silent []string
 		for name, g := range guests {
-			if fi, err := os.Stat(g.console); err != nil || fi.Size() == 0 {
+			if fi, err := os.Stat(g.Console); err != nil || fi.Size() == 0 {
 				silent = append(silent, name)
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/labcloud/labcloud/lab/conformance"
 	"github.com/labcloud/labcloud/lab/kubeletsim"
 	"github.com/labcloud/labcloud/lab/libvirtd"
+	"github.com/labcloud/labcloud/lab/relay"
 	"github.com/labcloud/labcloud/version"
 )
 
@@ -180,7 +181,7 @@ func upCmd(dir *string) *cobra.Command {
 			}
 			// The API server's port on the host's loopback: made here, in
 			// the host's namespace, and served from the lab's.
-			hostListener, err := lab.ListenHost()
+			hostListener, err := relay.ListenHost()
 			if err != nil {
 				return err
 			}

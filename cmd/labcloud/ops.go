@@ -20,6 +20,7 @@ import (
 
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/relay"
 	"github.com/labcloud/labcloud/version"
 )
 
@@ -246,7 +247,7 @@ func forwardCmd() *cobra.Command {
 				return fmt.Errorf("--listen-fd %d: %w", fd, err)
 			}
 			klog.FromContext(cmd.Context()).Info("Forwarding", "listen", l.Addr(), "to", to)
-			return lab.Forward(cmd.Context(), l, to)
+			return relay.Serve(cmd.Context(), l, to)
 		},
 	}
 	cmd.Flags().IntVar(&fd, "listen-fd", 0, "inherited listening socket")

@@ -1,4 +1,4 @@
-package lab
+package guest
 
 import (
 	"fmt"
@@ -8,32 +8,32 @@ import (
 	"github.com/labcloud/labcloud/lab/image"
 )
 
-// guest is one lab node's domain: what it boots and where its console goes.
-type guest struct {
-	index                int
-	name                 string
-	kernel, initrd, disk string
-	console              string
-	// hostCoresEach is the host's CPU count over the lab's guest count.
-	hostCoresEach int
+// Guest is one lab node's domain: what it boots, its NIC and where its
+// console goes.
+type Guest struct {
+	Name                 string
+	Kernel, Initrd, Disk string
+	Console              string
+	MAC, Network         string // its NIC: the MAC, on the libvirt network
+	// HostCoresEach is the host's CPU count over the lab's guest count.
+	HostCoresEach int
 }
 
-// boot defines the guest's domain of type typ (accelKVM or accelTCG) and
-// starts it.
-func (g guest) boot(c *libvirt.Connect, typ string) error {
+// Boot defines the guest's domain of type typ (KVM or TCG) and starts it.
+func (g Guest) Boot(c *libvirt.Connect, typ string) error {
 	d, err := c.DomainDefineXML(g.domainXML(typ))
 	if err != nil {
-		return fmt.Errorf("define %s: %w", g.name, err)
+		return fmt.Errorf("define %s: %w", g.Name, err)
 	}
 	err = d.Create()
 	d.Free()
 	if err != nil {
-		return fmt.Errorf("start %s: %w", g.name, err)
+		return fmt.Errorf("start %s: %w", g.Name, err)
 	}
 	return nil
 }
 
-func (g guest) domainXML(typ string) string {
+func (g Guest) domainXML(typ string) string {
 	vcpus := g.vcpus(typ)
 	return fmt.Sprintf(`<domain type='%s'>
   <name>%s</name>
@@ -65,7 +65,7 @@ func (g guest) domainXML(typ string) string {
     <serial type='file'><source path='%s' append='on'/><target port='0'/></serial>
     <memballoon model='none'/>
   </devices>
-</domain>`, typ, g.name, guestMemoryMiB, vcpus, cpuModel(typ), features(typ, vcpus), g.kernel, g.initrd, image.Cmdline, g.disk, nodeMAC(g.index), NetworkName, g.console)
+</domain>`, typ, g.Name, guestMemoryMiB, vcpus, cpuModel(typ), features(typ, vcpus), g.Kernel, g.Initrd, image.Cmdline, g.Disk, g.MAC, g.Network, g.Console)
 }
 
 // Guest size: kubelet, containerd and kube-proxy with a few pods fit in 1 GiB
@@ -80,8 +80,8 @@ const (
 // only when the host has that many cores for each guest. An emulated vCPU
 // is a host thread that is busy whenever the guest runs on it, and TCG
 // pays dearly for vCPUs that outnumber the host's cores (docs/performance.md).
-func (g guest) vcpus(typ string) int {
-	if typ == accelKVM || g.hostCoresEach >= guestVCPUs {
+func (g Guest) vcpus(typ string) int {
+	if typ == KVM || g.HostCoresEach >= guestVCPUs {
 		return guestVCPUs
 	}
 	return 1
@@ -91,7 +91,7 @@ func (g guest) vcpus(typ string) int {
 // every feature QEMU emulates (libvirt's default, qemu64, lacks the vector
 // instructions Go's hashing and copying use, which makes image imports slow).
 func cpuModel(domainType string) string {
-	if domainType == accelKVM {
+	if domainType == KVM {
 		return "<cpu mode='host-passthrough'/>"
 	}
 	return "<cpu mode='maximum'/>"
@@ -112,7 +112,7 @@ func features(domainType string, vcpus int) string {
 	if vcpus > 1 {
 		f = "<acpi/>"
 	}
-	if domainType != accelKVM {
+	if domainType != KVM {
 		f += fmt.Sprintf("<tcg><tb-cache unit='MiB'>%d</tb-cache></tcg>", tcgCacheMiB)
 	}
 	if f == "" {

@@ -1,4 +1,6 @@
-package lab
+// Package guest is a lab guest's domain: the accelerator its QEMU uses
+// (KVM where it works, else TCG, and why), its vCPUs and its libvirt XML.
+package guest
 
 import (
 	"fmt"
@@ -10,8 +12,8 @@ import (
 
 // Domain types of the guests: KVM, or QEMU's emulation (TCG).
 const (
-	accelKVM = "kvm"
-	accelTCG = "qemu"
+	KVM = "kvm"
+	TCG = "qemu"
 )
 
 // KVM's ioctls on /dev/kvm (linux/kvm.h) and the API version every
@@ -26,8 +28,8 @@ const (
 // (right after "Booting from ROM").
 var kvmModulesThatHang = []string{"kvm_pvm"}
 
-// kvmEvidence is what the accelerator is chosen from.
-type kvmEvidence struct {
+// Evidence is what the accelerator is chosen from.
+type Evidence struct {
 	override   string   // LABCLOUD_ACCEL
 	openErr    error    // opening /dev/kvm
 	apiErr     error    // KVM_GET_API_VERSION
@@ -36,16 +38,16 @@ type kvmEvidence struct {
 	modules    []string // KVM modules loaded; only those in kvmModulesThatHang matter
 }
 
-// chooseAccel picks the guests' domain type from the evidence, and says
+// ChooseAccel picks the guests' domain type from the evidence, and says
 // why when it is not KVM: KVM when /dev/kvm opens, answers the API version
 // and creates a VM, unless the module behind it is one known to hang
 // stock guests. LABCLOUD_ACCEL=kvm|tcg overrides.
-func chooseAccel(e kvmEvidence) (domainType, reason string) {
+func ChooseAccel(e Evidence) (domainType, reason string) {
 	switch e.override {
 	case "kvm":
-		return accelKVM, ""
+		return KVM, ""
 	case "tcg":
-		return accelTCG, "LABCLOUD_ACCEL=tcg"
+		return TCG, "LABCLOUD_ACCEL=tcg"
 	}
 	var hangs string
 	if i := slices.IndexFunc(e.modules, func(m string) bool { return slices.Contains(kvmModulesThatHang, m) }); i >= 0 {
@@ -53,25 +55,25 @@ func chooseAccel(e kvmEvidence) (domainType, reason string) {
 	}
 	switch {
 	case e.openErr != nil && hangs != "":
-		return accelTCG, fmt.Sprintf("/dev/kvm: %v; %s", e.openErr, hangs)
+		return TCG, fmt.Sprintf("/dev/kvm: %v; %s", e.openErr, hangs)
 	case e.openErr != nil:
-		return accelTCG, fmt.Sprintf("/dev/kvm: %v", e.openErr)
+		return TCG, fmt.Sprintf("/dev/kvm: %v", e.openErr)
 	case hangs != "":
-		return accelTCG, hangs
+		return TCG, hangs
 	case e.apiErr != nil:
-		return accelTCG, fmt.Sprintf("/dev/kvm does not answer KVM_GET_API_VERSION: %v", e.apiErr)
+		return TCG, fmt.Sprintf("/dev/kvm does not answer KVM_GET_API_VERSION: %v", e.apiErr)
 	case e.apiVersion != kvmAPIVersion:
-		return accelTCG, fmt.Sprintf("/dev/kvm answers KVM API version %d, not %d", e.apiVersion, kvmAPIVersion)
+		return TCG, fmt.Sprintf("/dev/kvm answers KVM API version %d, not %d", e.apiVersion, kvmAPIVersion)
 	case e.createErr != nil:
-		return accelTCG, fmt.Sprintf("/dev/kvm cannot create a VM: %v", e.createErr)
+		return TCG, fmt.Sprintf("/dev/kvm cannot create a VM: %v", e.createErr)
 	}
-	return accelKVM, ""
+	return KVM, ""
 }
 
-// gatherKVMEvidence asks this host: the override, which modules known to
+// GatherEvidence asks this host: the override, which modules known to
 // hang guests are loaded (/sys/module), and /dev/kvm itself.
-func gatherKVMEvidence() kvmEvidence {
-	e := kvmEvidence{override: os.Getenv("LABCLOUD_ACCEL")}
+func GatherEvidence() Evidence {
+	e := Evidence{override: os.Getenv("LABCLOUD_ACCEL")}
 	for _, m := range kvmModulesThatHang {
 		if _, err := os.Stat("/sys/module/" + m); err == nil {
 			e.modules = append(e.modules, m)
