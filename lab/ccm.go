@@ -219,14 +219,9 @@ func adminToken(kubeconfig string) (string, error) {
 // from the leader_election_master_status gauge on its /metrics, which it
 // serves on 127.0.0.1 in its host's namespace.
 func ReplicaLeads(ctx context.Context, st *State, name string) (bool, error) {
-	var h *Host
-	for i := range st.LabHosts() {
-		if st.LabHosts()[i].Name == name {
-			h = &st.LabHosts()[i]
-		}
-	}
-	if h == nil {
-		return false, fmt.Errorf("no host %q in this lab", name)
+	h, err := st.hostNamed(name)
+	if err != nil {
+		return false, err
 	}
 	token, err := adminToken(st.Kubeconfig)
 	if err != nil {

@@ -33,9 +33,10 @@ func LoseHost(st *State, name string) error {
 	kill(h.Pids[CCMProcess], CCMProcess)
 	h.private(st.Dir).Kill()
 	kill(h.Pids["libvirtd"], "tini")
+	qemus := host.QEMUs(NodePrefix)
 	for _, n := range st.Nodes {
 		if on, _ := st.HostOfNode(n); on.Name == name {
-			if pid, err := host.QEMUPid(n); err == nil {
+			if pid, err := host.OneQEMU(qemus, n); err == nil {
 				kill(pid, "qemu-system")
 			}
 		}
@@ -102,14 +103,23 @@ const replicaRestart = 2 * time.Second
 
 // otherHost is the lab's host named name, if it is not the first.
 func (s *State) otherHost(name string) (*Host, error) {
-	for i := 1; i < len(s.Hosts); i++ {
-		if s.Hosts[i].Name == name {
-			return &s.Hosts[i], nil
+	h, err := s.hostNamed(name)
+	if err == nil && h.Index == 1 {
+		err = fmt.Errorf("host %q runs the control plane: only the others can be lost", name)
+	}
+	return h, err
+}
+
+// hostNamed is the lab's host named name, in the state (changes to it are
+// saved with the state).
+func (s *State) hostNamed(name string) (*Host, error) {
+	hosts := s.LabHosts()
+	var names []string
+	for i := range hosts {
+		if hosts[i].Name == name {
+			return &hosts[i], nil
 		}
+		names = append(names, hosts[i].Name)
 	}
-	var others []string
-	for i := 1; i < len(s.Hosts); i++ {
-		others = append(others, s.Hosts[i].Name)
-	}
-	return nil, fmt.Errorf("host %q: not a host of this lab but its first (%s)", name, strings.Join(others, ", "))
+	return nil, fmt.Errorf("host %q: not a host of this lab (%s)", name, strings.Join(names, ", "))
 }

@@ -2,12 +2,9 @@ package lab
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -66,9 +63,7 @@ func labHosts(stateDir string, n int) []Host {
 // private is the libvirtd of a host other than the first: its directories
 // under /run (short, for the socket's path), one set per state directory.
 func (h Host) private(stateDir string) libvirtd.Private {
-	abs, _ := filepath.Abs(stateDir)
-	sum := sha256.Sum256([]byte(abs))
-	return libvirtd.Private{Root: filepath.Join(routerRunDir, fmt.Sprintf("host%d-%s", h.Index, hex.EncodeToString(sum[:4]))), Netns: h.Netns}
+	return libvirtd.Private{Root: runDir(stateDir, fmt.Sprintf("host%d", h.Index)), Netns: h.Netns}
 }
 
 // LabHosts are the lab's hosts; a state written before labs had several

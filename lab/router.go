@@ -37,10 +37,15 @@ const (
 // routerDir holds the router's sockets, configuration and logs: under
 // /run, which FRR's daemons can reach once they run as user frr (a state
 // directory is private to root), one per state directory.
-func routerDir(stateDir string) string {
+func routerDir(stateDir string) string { return runDir(stateDir, "router") }
+
+// runDir is the lab's directory called name under /run/labcloud, one per
+// state directory: short (a socket's path must be) and reachable by
+// daemons that drop root.
+func runDir(stateDir, name string) string {
 	abs, _ := filepath.Abs(stateDir)
 	sum := sha256.Sum256([]byte(abs))
-	return filepath.Join(routerRunDir, "router-"+hex.EncodeToString(sum[:4]))
+	return filepath.Join(routerRunDir, name+"-"+hex.EncodeToString(sum[:4]))
 }
 
 const routerRunDir = "/run/labcloud"

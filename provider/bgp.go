@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -43,35 +44,15 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), changed: make(chan struct{}, 1)}, nil
 }
 
-// startReplica starts a in this replica with an informer of its own on
-// client, the CCM's client from before it leads (the shared informers
-// start only in the leader).
-func (a *bgpAnnouncer) startReplica(ctx context.Context, client kubernetes.Interface) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TrimForCache))
-	if err := a.start(ctx, factory); err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
-	return nil
-}
-
-func (a *bgpAnnouncer) start(ctx context.Context, factory informers.SharedInformerFactory) error {
-	inf := factory.Core().V1().Nodes()
-	a.nodes, a.synced = inf.Lister(), inf.Informer().HasSynced
-	poke := func() {
+// start starts a in this replica, leader or not, on nodes, the replica's
+// own Node informer (replicaInformers).
+func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer) error {
+	a.nodes, a.synced = nodes.Lister(), nodes.Informer().HasSynced
+	if _, err := onRouteFieldsChange(nodes.Informer(), func() {
 		select {
 		case a.changed <- struct{}{}:
 		default:
 		}
-	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() },
-		UpdateFunc: func(old, cur any) {
-			if o, ok := old.(*v1.Node); !ok || routeFieldsChanged(o, cur.(*v1.Node)) {
-				poke()
-			}
-		},
-		DeleteFunc: func(any) { poke() },
 	}); err != nil {
 		return err
 	}
@@ -81,6 +62,30 @@ func (a *bgpAnnouncer) start(ctx context.Context, factory informers.SharedInform
 	}
 	go a.run(ctx, speaker)
 	return nil
+}
+
+// replicaInformers are the informers every replica runs from start-up,
+// leader or not, on the CCM's client from before it leads (the shared
+// informers start only in the leader): the Nodes, for BGP and for routes
+// on the replica's own host.
+func replicaInformers(client kubernetes.Interface) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TrimForCache))
+}
+
+// onRouteFieldsChange calls changed when a Node comes or goes, or an
+// update changes what routes are made of (routeFieldsChanged).
+func onRouteFieldsChange(nodes cache.SharedIndexInformer, changed func()) (cache.ResourceEventHandlerRegistration, error) {
+	return nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { changed() },
+		UpdateFunc: func(old, cur any) {
+			o, okOld := old.(*v1.Node)
+			c, okCur := cur.(*v1.Node)
+			if !okOld || !okCur || routeFieldsChanged(o, c) {
+				changed()
+			}
+		},
+		DeleteFunc: func(any) { changed() },
+	})
 }
 
 // routeFieldsChanged says whether an update changed what bgpRoutes reads

@@ -139,7 +139,10 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 	}
 	c := New(cfg, hvs)
 	c.ctx = ctx
-	var err error
+	var (
+		err     error
+		replica informers.SharedInformerFactory // started once every user has registered
+	)
 	if cfg.Routes.Bridge != "" {
 		if c.routes, err = newRoutes(cfg.Routes, flags.ClusterCIDRs, hvs); err != nil {
 			return nil, err
@@ -148,7 +151,10 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			klog.FromContext(ctx).Info("routes.bridge is set but --cluster-cidr is not: every CreateRoute will be refused", "bridge", cfg.Routes.Bridge)
 		}
 		if len(cfg.hypervisorHosts()) > 1 && flags.Client != nil {
-			c.routeFollower = c.routes.follow(ctx, flags.Client)
+			replica = replicaInformers(flags.Client)
+			if c.routeFollower, err = c.routes.follow(ctx, replica.Core().V1().Nodes()); err != nil {
+				return nil, fmt.Errorf("routes: %w", err)
+			}
 		}
 	}
 	if cfg.LoadBalancer.Bridge != "" {
@@ -166,9 +172,15 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if len(flags.ClusterCIDRs) == 0 {
 			klog.FromContext(ctx).Info("bgp is set but --cluster-cidr is not: no pod CIDR will be announced")
 		}
-		if err := c.bgp.startReplica(ctx, flags.Client); err != nil {
+		if replica == nil {
+			replica = replicaInformers(flags.Client)
+		}
+		if err := c.bgp.start(ctx, replica.Core().V1().Nodes()); err != nil {
 			return nil, fmt.Errorf("bgp: %w", err)
 		}
+	}
+	if replica != nil {
+		replica.Start(ctx.Done())
 	}
 	return c, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -147,21 +148,12 @@ func (l *liveness) record(answered map[netip.Addr]bool) (changed bool) {
 // probeAddress is the address a Node's guest is probed at: its first
 // InternalIP of IPv4 (ARP), else its first InternalIP.
 func probeAddress(n *v1.Node) (netip.Addr, bool) {
-	var first netip.Addr
-	for _, a := range n.Status.Addresses {
-		if a.Type != v1.NodeInternalIP {
-			continue
-		}
-		ip, err := netip.ParseAddr(a.Address)
-		if err != nil {
-			continue
-		}
-		if ip.Is4() {
-			return ip, true
-		}
-		if !first.IsValid() {
-			first = ip
-		}
+	ips := internalIPs(n.Status.Addresses)
+	if i := slices.IndexFunc(ips, netip.Addr.Is4); i >= 0 {
+		return ips[i], true
 	}
-	return first, first.IsValid()
+	if len(ips) > 0 {
+		return ips[0], true
+	}
+	return netip.Addr{}, false
 }

@@ -7,8 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -38,36 +37,26 @@ type routeFollower struct {
 	done chan struct{}
 }
 
-// follow starts routing r's bridge from the cluster's Nodes, watched with
-// client, until the returned follower is stopped.
-func (r *routes) follow(ctx context.Context, client kubernetes.Interface) *routeFollower {
-	ctx, stop := context.WithCancel(ctx)
-	f := &routeFollower{stop: stop, done: make(chan struct{})}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	inf := factory.Core().V1().Nodes()
+// follow starts routing r's bridge from the cluster's Nodes (the replica's
+// own informer, which the caller starts) until the returned follower is
+// halted.
+func (r *routes) follow(ctx context.Context, nodes coreinformers.NodeInformer) (*routeFollower, error) {
 	changed := make(chan struct{}, 1)
-	poke := func(any) {
+	reg, err := onRouteFieldsChange(nodes.Informer(), func() {
 		select {
 		case changed <- struct{}{}:
 		default:
 		}
-	}
-	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    poke,
-		DeleteFunc: poke,
-		UpdateFunc: func(o, n any) {
-			old, okOld := o.(*v1.Node)
-			cur, okCur := n.(*v1.Node)
-			if !okOld || !okCur || routeFieldsChanged(old, cur) {
-				poke(n)
-			}
-		},
 	})
-	lister, synced := inf.Lister(), inf.Informer().HasSynced
-	factory.Start(ctx.Done())
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	f := &routeFollower{stop: stop, done: make(chan struct{})}
+	lister, synced := nodes.Lister(), nodes.Informer().HasSynced
 	go func() {
 		defer close(f.done)
-		defer factory.Shutdown()
+		defer func() { _ = nodes.Informer().RemoveEventHandler(reg) }()
 		if !cache.WaitForCacheSync(ctx.Done(), synced) {
 			return
 		}
@@ -87,7 +76,7 @@ func (r *routes) follow(ctx context.Context, client kubernetes.Interface) *route
 			}
 		}
 	}()
-	return f
+	return f, nil
 }
 
 // halt stops the follower and waits until it has written its last route.

@@ -23,7 +23,12 @@ func TestRouteFollower(t *testing.T) {
 	client := fake.NewClientset(a, outside)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := r.follow(ctx, client)
+	factory := replicaInformers(client)
+	f, err := r.follow(ctx, factory.Core().V1().Nodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
 
 	routed := func(want map[netip.Prefix]netip.Addr) string {
 		deadline := time.Now().Add(5 * time.Second)

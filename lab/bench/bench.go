@@ -173,8 +173,9 @@ func Run(ctx context.Context, st *lab.State, runs int, out io.Writer) (*Result, 
 			res.LabRSSMiB += rss
 		}
 	}
+	qemus := host.QEMUs(lab.NodePrefix)
 	for _, n := range st.Nodes {
-		if pid, err := host.QEMUPid(n); err == nil {
+		if pid, err := host.OneQEMU(qemus, n); err == nil {
 			if rss, err := host.RSSMiB(pid); err == nil {
 				res.RSSMiB["qemu "+n] = rss
 				res.LabRSSMiB += rss

@@ -353,6 +353,7 @@ func snapService(svc *v1.Service, eps []discoveryv1.EndpointSlice) Service {
 // When no host can be asked it returns the last domains it saw and false.
 func (o *observer) readDomains(now time.Time) (map[string]Domain, bool) {
 	got, asked := map[string]Domain{}, false
+	qemus := host.QEMUs(lab.NodePrefix)
 	for _, h := range o.st.LabHosts() {
 		doms, err := host.Domains(h.URI, lab.NetworkName, lab.NodePrefix)
 		o.mu.Lock()
@@ -375,8 +376,10 @@ func (o *observer) readDomains(now time.Time) (map[string]Domain, bool) {
 			d.LastDown = o.downAt[name]
 			// A guest that booted before chaos began was down just before
 			// its QEMU started.
-			if started, err := host.QEMUStarted(name); d.Running && err == nil && started.After(d.LastDown) {
-				d.LastDown = started
+			if pid, err := host.OneQEMU(qemus, name); d.Running && err == nil {
+				if started, err := host.Started(pid); err == nil && started.After(d.LastDown) {
+					d.LastDown = started
+				}
 			}
 			got[name] = d
 		}

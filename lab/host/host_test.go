@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -65,5 +66,48 @@ func TestNetworkMAC(t *testing.T) {
 		if got := NetworkMAC(tc.xml, tc.network); got != tc.want {
 			t.Errorf("NetworkMAC(%.30q, %s) = %q, want %q", tc.xml, tc.network, got, tc.want)
 		}
+	}
+}
+
+// QEMUs finds guests by the command line libvirt gives QEMU, by exact
+// name: lab-node-1 is not lab-node-10.
+func TestQEMUs(t *testing.T) {
+	prefix := fmt.Sprintf("lctestq%d-", os.Getpid())
+	var cmds []*exec.Cmd
+	for _, name := range []string{prefix + "1", prefix + "10"} {
+		// sh's own command line carries the arguments after the script;
+		// read, a builtin, waits without a child (a forked child has its
+		// parent's command line until it execs).
+		c := exec.Command("sh", "-c", "read x", "qemu-system-x86_64", "-name", "guest="+name+",debug-threads=on")
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		defer r.Close()
+		c.Stdin = r
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	got := QEMUs(prefix)
+	if len(got) != 2 || len(got[prefix+"1"]) != 1 || got[prefix+"1"][0] != cmds[0].Process.Pid || got[prefix+"10"][0] != cmds[1].Process.Pid {
+		t.Fatalf("QEMUs(%q) = %v, want %s-1 → %d and -10 → %d", prefix, got, prefix, cmds[0].Process.Pid, cmds[1].Process.Pid)
+	}
+	if pid, err := QEMUPid(prefix + "1"); err != nil || pid != cmds[0].Process.Pid {
+		t.Errorf("QEMUPid = %d, %v", pid, err)
+	}
+	if _, err := QEMUPid(prefix + "2"); err == nil {
+		t.Errorf("QEMUPid of no guest: no error")
+	}
+	if n := len(GuestQEMUs(prefix)); n != 2 {
+		t.Errorf("GuestQEMUs found %d, want 2", n)
 	}
 }

@@ -129,32 +129,48 @@ func RSSMiB(pid int) (float64, error) {
 // GuestQEMUs lists the QEMU processes of guests whose names start with
 // prefix.
 func GuestQEMUs(prefix string) []int {
-	return Processes(func(args []string) bool {
-		return ArgContains(args, "qemu-system") && ArgContains(args, "guest="+prefix)
-	})
+	var out []int
+	for _, pids := range QEMUs(prefix) {
+		out = append(out, pids...)
+	}
+	return out
 }
 
-// QEMUPid finds the QEMU process of guest by its command line ("-name
-// guest=NAME,..."), whichever libvirtd started it: each of a lab's hosts
-// keeps its pid files in a runtime directory of its own.
+// QEMUs maps each guest whose name starts with prefix to its QEMU
+// processes, found by their command lines ("-name guest=NAME,...") in one
+// pass over the processes, whichever libvirtd started them: each of a
+// lab's hosts keeps its pid files in a runtime directory of its own.
+func QEMUs(prefix string) map[string][]int {
+	out := map[string][]int{}
+	procs, _ := procfs.AllProcs()
+	for _, p := range procs {
+		args, err := p.CmdLine()
+		if err != nil || !ArgContains(args, "qemu-system") {
+			continue
+		}
+		for _, a := range args {
+			if name, ok := strings.CutPrefix(a, "guest="); ok && strings.HasPrefix(name, prefix) {
+				name, _, _ = strings.Cut(name, ",")
+				out[name] = append(out[name], p.PID)
+			}
+		}
+	}
+	return out
+}
+
+// QEMUPid finds the QEMU process of guest (QEMUs).
 func QEMUPid(guest string) (int, error) {
-	pids := Processes(func(args []string) bool {
-		return ArgContains(args, "qemu-system") && ArgContains(args, "guest="+guest+",")
-	})
-	switch len(pids) {
+	return OneQEMU(QEMUs(guest), guest)
+}
+
+// OneQEMU is guest's one QEMU process among qemus (QEMUs).
+func OneQEMU(qemus map[string][]int, guest string) (int, error) {
+	switch pids := qemus[guest]; len(pids) {
 	case 0:
 		return 0, fmt.Errorf("no QEMU process of %s", guest)
 	case 1:
 		return pids[0], nil
+	default:
+		return 0, fmt.Errorf("%d QEMU processes of %s: %v", len(pids), guest, pids)
 	}
-	return 0, fmt.Errorf("%d QEMU processes of %s: %v", len(pids), guest, pids)
-}
-
-// QEMUStarted is when the QEMU process of a running guest started.
-func QEMUStarted(guest string) (time.Time, error) {
-	pid, err := QEMUPid(guest)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return Started(pid)
 }

@@ -151,28 +151,26 @@ func (p Private) Pids() (libvirtd, virtlogd int) {
 // Kill kills its libvirtd and virtlogd at once (SIGKILL), as a host
 // that loses power does; its directories stay for Restart.
 func (p Private) Kill() {
-	l, v := p.Pids()
-	for _, d := range []struct {
-		pid     int
-		program string
-	}{{l, "libvirtd"}, {v, "virtlogd"}} {
-		if d.pid > 0 && host.IsProcess(d.pid, d.program) {
-			_ = syscall.Kill(d.pid, syscall.SIGKILL)
-		}
-	}
+	p.eachDaemon(func(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) })
 }
 
 // Stop stops its libvirtd and virtlogd (guests keep running: destroy
 // them first) and removes Root.
 func (p Private) Stop() {
+	p.eachDaemon(host.Stop)
+	_ = os.RemoveAll(p.Root)
+}
+
+// eachDaemon calls f with the pid of its libvirtd and of its virtlogd,
+// each that still runs (pids are reused: the program is checked).
+func (p Private) eachDaemon(f func(pid int)) {
 	l, v := p.Pids()
 	for _, d := range []struct {
 		pid     int
 		program string
 	}{{l, "libvirtd"}, {v, "virtlogd"}} {
 		if d.pid > 0 && host.IsProcess(d.pid, d.program) {
-			host.Stop(d.pid)
+			f(d.pid)
 		}
 	}
-	_ = os.RemoveAll(p.Root)
 }
