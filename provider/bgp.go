@@ -32,8 +32,19 @@ type bgpAnnouncer struct {
 	cluster []netip.Prefix      // --cluster-cidr: the only CIDRs announced
 	onHost  func(*v1.Node) bool // whether a Node runs on this replica's host
 	nodes   corelisters.NodeLister
-	synced  cache.InformerSynced
+	synced  []cache.InformerSynced
 	changed chan struct{} // capacity 1: a pending recompute
+	// vips, in routed mode (bgp.announceVIPs), are the VIPs to announce as
+	// the Services' Announced conditions place them; nil otherwise.
+	vips *announcedVIPs
+}
+
+// announcedVIPs reads which node answers each VIP of the Services this
+// CCM serves.
+type announcedVIPs struct {
+	services corelisters.ServiceLister
+	serves   func(*v1.Service) bool
+	inPools  func(netip.Addr) bool
 }
 
 func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error) {
@@ -44,17 +55,31 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), changed: make(chan struct{}, 1)}, nil
 }
 
-// start starts a in this replica, leader or not, on nodes, the replica's
-// own Node informer (replicaInformers).
-func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer) error {
-	a.nodes, a.synced = nodes.Lister(), nodes.Informer().HasSynced
-	if _, err := onRouteFieldsChange(nodes.Informer(), func() {
+// start starts a in this replica, leader or not, on the replica's own
+// informers (replicaInformers): nodes, and in routed mode services, whose
+// VIPs in the pools (inPools) it announces when serves says they are this
+// CCM's.
+func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, services coreinformers.ServiceInformer, serves func(*v1.Service) bool, inPools func(netip.Addr) bool) error {
+	a.nodes, a.synced = nodes.Lister(), []cache.InformerSynced{nodes.Informer().HasSynced}
+	recompute := func() {
 		select {
 		case a.changed <- struct{}{}:
 		default:
 		}
-	}); err != nil {
+	}
+	if _, err := onRouteFieldsChange(nodes.Informer(), recompute); err != nil {
 		return err
+	}
+	if services != nil {
+		a.vips = &announcedVIPs{services: services.Lister(), serves: serves, inPools: inPools}
+		a.synced = append(a.synced, services.Informer().HasSynced)
+		if _, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { recompute() },
+			UpdateFunc: func(any, any) { recompute() },
+			DeleteFunc: func(any) { recompute() },
+		}); err != nil {
+			return err
+		}
 	}
 	speaker, err := bgp.Start(ctx, a.opts)
 	if err != nil {
@@ -67,7 +92,7 @@ func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInform
 // replicaInformers are the informers every replica runs from start-up,
 // leader or not, on the CCM's client from before it leads (the shared
 // informers start only in the leader): the Nodes, for BGP and for routes
-// on the replica's own host.
+// on the replica's own host; the Services, for the answers on it.
 func replicaInformers(client kubernetes.Interface) informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TrimForCache))
 }
@@ -102,7 +127,7 @@ const bgpRetry = 2 * time.Second
 func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	defer speaker.Stop(true)
 	log := klog.FromContext(ctx).WithName("bgp")
-	if !cache.WaitForCacheSync(ctx.Done(), a.synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return
 	}
 	var lastRefused []string
@@ -110,9 +135,16 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 		nodes, err := a.nodes.List(labels.Everything())
 		if err == nil {
 			routes, refused := bgpRoutes(nodes, podCIDRRules{cluster: a.cluster}, a.onHost)
+			if a.vips != nil {
+				var services []*v1.Service
+				if services, err = a.vips.services.List(labels.Everything()); err == nil {
+					vr, vrefused := vipRoutes(services, a.vips.serves, a.vips.inPools, nodes, a.onHost)
+					routes, refused = append(routes, vr...), append(refused, vrefused...)
+				}
+			}
 			if !slices.Equal(refused, lastRefused) {
 				for _, r := range refused {
-					log.Info("Pod CIDR not announced", "why", r)
+					log.Info("Route not announced", "why", r)
 				}
 				lastRefused = refused
 			}
@@ -120,7 +152,7 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 		}
 		retry := (<-chan time.Time)(nil)
 		if err != nil {
-			log.Error(err, "Could not announce the pod CIDRs; retrying", "in", bgpRetry)
+			log.Error(err, "Could not announce the routes; retrying", "in", bgpRetry)
 			retry = time.After(bgpRetry)
 		}
 		select {
@@ -160,5 +192,38 @@ func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool)
 			routes = append(routes, bgp.Route{Prefix: cidr, NextHop: addrs[i]})
 		}
 	}
+	return routes, refused
+}
+
+// vipRoutes are the routed mode's routes: each VIP in the pools of a
+// Service this CCM serves (serves), as a host route via the node its
+// Announced condition says answers it, if that node is on this host
+// (onHost), through the node's first InternalIP of the VIP's family.
+// refused says, per VIP of this host left out, why.
+func vipRoutes(services []*v1.Service, serves func(*v1.Service) bool, inPools func(netip.Addr) bool, nodes []*v1.Node, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
+	byName := make(map[string]*v1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	for _, svc := range services {
+		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || !serves(svc) {
+			continue
+		}
+		for _, a := range announcedAnswers(svc) {
+			n := byName[a.Node]
+			if n == nil || !onHost(n) || !inPools(a.VIP) {
+				continue // unanswered, or another host's to announce
+			}
+			host := netip.PrefixFrom(a.VIP, a.VIP.BitLen())
+			addrs := internalIPs(n.Status.Addresses)
+			i := slices.IndexFunc(addrs, func(ip netip.Addr) bool { return ip.Is4() == a.VIP.Is4() })
+			if i < 0 {
+				refused = append(refused, fmt.Sprintf("VIP %s: node %s has no %s InternalIP to route it through", a.VIP, n.Name, prefixFamily(host)))
+				continue
+			}
+			routes = append(routes, bgp.Route{Prefix: host, NextHop: addrs[i]})
+		}
+	}
+	slices.SortFunc(routes, func(a, b bgp.Route) int { return a.Prefix.Addr().Compare(b.Prefix.Addr()) })
 	return routes, refused
 }

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,8 +12,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/bgp"
+	"github.com/labcloud/labcloud/lb"
 )
 
 func TestLoadConfigBGP(t *testing.T) {
@@ -177,5 +180,59 @@ func TestBGPRoutesOfThisHostOnly(t *testing.T) {
 	one := Config{Host: "ctl", Hypervisors: []HypervisorConfig{{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"}}}
 	if routes, _ := bgpRoutes(nodes, rules, one.onThisHost()); len(routes) != 3 {
 		t.Errorf("with one hypervisor host the CCM announces %v, want the 3 CIDRs of every Node", routes)
+	}
+}
+
+// TestVIPRoutes: routed mode announces each VIP of a served Service as a
+// host route via the node its Announced condition names, of the VIP's
+// family, from that node's host only.
+func TestVIPRoutes(t *testing.T) {
+	cfg := Config{Host: "kvm1", Hypervisors: []HypervisorConfig{
+		{URI: "qemu:///system", Zone: "z1", Host: "kvm1"},
+		{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"},
+	}}
+	zoned := func(n *v1.Node, zone string) *v1.Node {
+		n.Labels = map[string]string{v1.LabelTopologyZone: zone}
+		return n
+	}
+	nodes := []*v1.Node{
+		zoned(bgpNode("a", 1, nil, "10.0.0.11", "fd00::11"), "z1"),
+		zoned(bgpNode("b", 1, nil, "10.0.0.12"), "z2"),
+		zoned(bgpNode("c-v4-only", 1, nil, "10.0.0.13"), "z1"),
+	}
+	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
+	ip := netip.MustParseAddr
+	svc := func(name string, answers ...lb.Answer) *v1.Service {
+		s := lbService(name)
+		s.Status.Conditions = []metav1.Condition{lb.AnnouncedCondition(answers)}
+		return s
+	}
+	classed := svc("classed", lb.Answer{VIP: ip("10.0.0.204"), Node: "a", MAC: mac})
+	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
+	services := []*v1.Service{
+		svc("dual", lb.Answer{VIP: ip("10.0.0.200"), Node: "a", MAC: mac}, lb.Answer{VIP: ip("fd00::200"), Node: "a", MAC: mac}),
+		svc("on-kvm2", lb.Answer{VIP: ip("10.0.0.201"), Node: "b", MAC: mac}),
+		svc("unanswered", lb.Answer{VIP: ip("10.0.0.202")}),
+		svc("no-v6-address", lb.Answer{VIP: ip("fd00::203"), Node: "c-v4-only", MAC: mac}),
+		svc("outside-pools", lb.Answer{VIP: ip("192.0.2.1"), Node: "a", MAC: mac}),
+		classed,
+	}
+	inPools := func(a netip.Addr) bool { return !netip.MustParsePrefix("192.0.2.0/24").Contains(a) }
+	routes, refused := vipRoutes(services, LoadBalancerConfig{}.Serves, inPools, nodes, cfg.onThisHost())
+	r := func(p, hop string) bgp.Route {
+		return bgp.Route{Prefix: netip.MustParsePrefix(p), NextHop: netip.MustParseAddr(hop)}
+	}
+	if want := []bgp.Route{r("10.0.0.200/32", "10.0.0.11"), r("fd00::200/128", "fd00::11")}; !reflect.DeepEqual(routes, want) {
+		t.Errorf("kvm1 announces %v, want %v", routes, want)
+	}
+	if want := []string{"VIP fd00::203: node c-v4-only has no IPv6 InternalIP to route it through"}; !reflect.DeepEqual(refused, want) {
+		t.Errorf("refused %q, want %q", refused, want)
+	}
+	cfg.Host = "kvm2"
+	if routes, _ := vipRoutes(services, LoadBalancerConfig{}.Serves, inPools, nodes, cfg.onThisHost()); !reflect.DeepEqual(routes, []bgp.Route{r("10.0.0.201/32", "10.0.0.12")}) {
+		t.Errorf("kvm2 announces %v, want 10.0.0.201/32 via b", routes)
+	}
+	if _, err := LoadConfig(strings.NewReader("bgp: {asn: 1, routerID: 10.0.0.1, announceVIPs: true, peers: [{address: 10.0.0.2, asn: 2}]}")); err == nil || !strings.Contains(err.Error(), "bgp.announceVIPs") {
+		t.Errorf("announceVIPs without pools: err = %v, want one naming bgp.announceVIPs", err)
 	}
 }

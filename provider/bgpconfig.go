@@ -31,6 +31,11 @@ type BGPConfig struct {
 	// RestartTime is how long peers keep the CCM's routes while it
 	// restarts (graceful restart); default 120s, at most 4095s.
 	RestartTime metav1.Duration `json:"restartTime"`
+	// AnnounceVIPs (routed mode) also announces each LoadBalancer VIP as a
+	// host route (/32, /128) via the node that answers it, from the
+	// replica on that node's host: the router forwards VIP traffic to the
+	// right node when the hosts are not on one L2 segment.
+	AnnounceVIPs bool `json:"announceVIPs"`
 }
 
 // BGPPeerConfig is one BGP neighbour, usually the LAN router.

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -48,13 +49,17 @@ type Cloud struct {
 	// routeFollower routes this host's bridge while this replica does not
 	// lead, with hypervisors on several hosts; nil otherwise.
 	routeFollower *routeFollower
-	lb            *loadBalancer    // nil unless loadBalancer.bridge is configured
-	lbOff         *loadBalancerOff // serves LoadBalancer Services while lb is nil
-	bgp           *bgpAnnouncer    // nil unless bgp is configured
-	unparsable    *unparsableReporter
-	ctx           context.Context
-	runCtx        context.Context      // from Initialize: ends when the CCM stops
-	client        kubernetes.Interface // from Initialize, for the components
+	lb            *loadBalancer // nil unless loadBalancer.bridge is configured
+	// answerFollower answers for this host's nodes' VIPs while this
+	// replica does not lead, with hypervisors on several hosts; nil
+	// otherwise.
+	answerFollower *answerFollower
+	lbOff          *loadBalancerOff // serves LoadBalancer Services while lb is nil
+	bgp            *bgpAnnouncer    // nil unless bgp is configured
+	unparsable     *unparsableReporter
+	ctx            context.Context
+	runCtx         context.Context      // from Initialize: ends when the CCM stops
+	client         kubernetes.Interface // from Initialize, for the components
 }
 
 // component is a part of the provider that needs the cluster: it is
@@ -106,14 +111,13 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			sources = append(sources, libvirtcloud.SourceARP)
 		}
 	}
-	// A VIP is never a node address, whatever a source says.
-	var exclude func(netip.Addr) bool
+	var inPools func(netip.Addr) bool // nil without pools
 	if len(cfg.LoadBalancer.Pools) > 0 {
 		pools, err := lb.NewPools(cfg.LoadBalancer.Pools)
 		if err != nil {
 			return nil, fmt.Errorf("loadBalancer.pools: %w", err)
 		}
-		exclude = func(ip netip.Addr) bool { _, in := pools.For(ip); return in }
+		inPools = func(ip netip.Addr) bool { _, in := pools.For(ip); return in }
 	}
 	hvs := make([]Hypervisor, 0, len(cfg.Hypervisors))
 	opened := make([]*libvirtcloud.Hypervisor, 0, len(cfg.Hypervisors))
@@ -125,7 +129,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			Networks:     cfg.Networks,
 			Sources:      sources,
 			ResyncPeriod: cfg.ResyncPeriod.Duration,
-			Exclude:      exclude,
+			Exclude:      inPools, // a VIP is never a node address, whatever a source says
 		})
 		if err != nil {
 			return nil, fmt.Errorf("hypervisor %s: %w", hc.URI, err)
@@ -161,6 +165,14 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs, c.instances); err != nil {
 			return nil, err
 		}
+		if cfg.zonesHere() != nil && flags.Client != nil {
+			if replica == nil {
+				replica = replicaInformers(flags.Client)
+			}
+			if c.answerFollower, err = c.lb.follow(ctx, replica.Core().V1().Services(), c.hostHypervisors()); err != nil {
+				return nil, fmt.Errorf("loadBalancer: %w", err)
+			}
+		}
 	}
 	if cfg.BGP.Enabled() {
 		if flags.Client == nil {
@@ -175,7 +187,11 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if replica == nil {
 			replica = replicaInformers(flags.Client)
 		}
-		if err := c.bgp.start(ctx, replica.Core().V1().Nodes()); err != nil {
+		var services coreinformers.ServiceInformer
+		if cfg.BGP.AnnounceVIPs {
+			services = replica.Core().V1().Services()
+		}
+		if err := c.bgp.start(ctx, replica.Core().V1().Nodes(), services, cfg.LoadBalancer.Serves, inPools); err != nil {
 			return nil, fmt.Errorf("bgp: %w", err)
 		}
 	}
@@ -203,6 +219,11 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 		// Leading: the route controller routes this host's bridge now.
 		c.routeFollower.halt()
 		c.routeFollower = nil
+	}
+	if c.answerFollower != nil {
+		// Leading: placement answers for this host's nodes now.
+		c.answerFollower.halt()
+		c.answerFollower = nil
 	}
 	if len(c.components()) > 0 {
 		c.client = clientBuilder.ClientOrDie("libvirt-cloud-provider")
@@ -294,4 +315,16 @@ func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) {
 		return c.lb, true
 	}
 	return c.lbOff, true
+}
+
+// hostHypervisors are the hypervisors on this CCM's host, with the bridge
+// their guests use.
+func (c *Cloud) hostHypervisors() []hostHypervisor {
+	var out []hostHypervisor
+	for i, hc := range c.cfg.Hypervisors {
+		if d, ok := c.hypervisors[i].(hostDomains); ok && hc.Host == c.cfg.Host {
+			out = append(out, hostHypervisor{domains: d, bridge: hc.Bridge})
+		}
+	}
+	return out
 }

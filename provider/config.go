@@ -290,6 +290,9 @@ func (c *Config) complete() error {
 		}
 	}
 	errs = append(errs, c.BGP.validate()...)
+	if c.BGP.AnnounceVIPs && len(c.LoadBalancer.Pools) == 0 {
+		bad("bgp.announceVIPs", true, "needs loadBalancer.pools: without them there is no VIP to announce")
+	}
 	if c.ResyncPeriod.Duration < time.Second {
 		bad("resyncPeriod", c.ResyncPeriod.Duration, "must be at least 1s")
 	}
@@ -376,14 +379,24 @@ func (c *Config) hypervisorOf(zone string) (HypervisorConfig, bool) {
 // every Node is: no other replica would announce it. With several, a Node
 // whose zone names no hypervisor (not yet initialized) is no host's yet.
 func (c *Config) onThisHost() func(*v1.Node) bool {
-	if len(c.hypervisorHosts()) <= 1 {
+	here := c.zonesHere()
+	if here == nil {
 		return func(*v1.Node) bool { return true }
 	}
-	mine := map[string]bool{} // zones on this host
-	for _, h := range c.Hypervisors {
-		mine[h.Zone] = h.Host == c.Host
+	return func(n *v1.Node) bool { return here[n.Labels[v1.LabelTopologyZone]] }
+}
+
+// zonesHere says which hypervisors' zones are on this CCM's host; nil
+// with hypervisors on one host (or none named), where all are.
+func (c *Config) zonesHere() map[string]bool {
+	if len(c.hypervisorHosts()) <= 1 {
+		return nil
 	}
-	return func(n *v1.Node) bool { return mine[n.Labels[v1.LabelTopologyZone]] }
+	here := map[string]bool{}
+	for _, h := range c.Hypervisors {
+		here[h.Zone] = h.Host == c.Host
+	}
+	return here
 }
 
 // guestBridges maps each hypervisor's zone to the bridge its guests use.

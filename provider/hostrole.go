@@ -3,38 +3,47 @@ package provider
 import (
 	"context"
 	"net/netip"
+	"sync"
 
 	"github.com/labcloud/labcloud/lb/announce"
 )
 
 // hostRole lets the announcer, which runs from start-up in every replica,
-// answer only when announce.Role says this process is the host's one answerer:
-// the leader, or a stand-in (from the neighbour record) while no replica
-// leads.
+// answer only when announce.Role says this process is the host's one
+// answerer.
 //
-// With hypervisors on several hosts there is no stand-in: announce.Role
-// sees the replicas of its own host only, so a replica that does not lead
-// would stand in beside a leader on another host, and two would answer on
-// the LAN. Only the leader answers there.
+// With hypervisors on one host, that is the leader, or a stand-in (from
+// the neighbour record) while no replica leads. With hypervisors on
+// several hosts, every replica answers for the VIPs of its own host's
+// nodes, leader or not (answers_split.go): it takes the host's role at
+// start-up, and a second process on the same host (an upgrade's) stands
+// in only while the first holds no role.
 type hostRole struct {
 	ann     *announce.Announcer
 	role    *announce.Role
-	standIn bool
+	perHost bool
+
+	once   sync.Once
+	leadOK error
 }
 
-func newHostRole(bridge string, ann *announce.Announcer, inPools func(netip.Addr) bool, standIn bool) *hostRole {
-	return &hostRole{ann: ann, role: announce.NewRole(ann, bridge, inPools), standIn: standIn}
+func newHostRole(bridge string, ann *announce.Announcer, inPools func(netip.Addr) bool, perHost bool) *hostRole {
+	return &hostRole{ann: ann, role: announce.NewRole(ann, bridge, inPools), perHost: perHost}
 }
 
-// stand stands in for a missing leader until this replica leads, where
-// replicas may; it returns at once. The caller runs the announcer.
+// stand makes this replica answer what its role allows until it leads; it
+// returns at once. The caller runs the announcer.
 func (h *hostRole) stand(ctx context.Context) {
-	if !h.standIn {
-		h.ann.SetActive(false)
+	if h.perHost {
+		go func() { _ = h.lead(ctx) }()
 		return
 	}
 	h.role.Stand(ctx)
 }
 
-// lead blocks until this replica answers on the bridge.
-func (h *hostRole) lead(ctx context.Context) error { return h.role.Lead(ctx) }
+// lead blocks until this replica answers on the bridge; calls after the
+// first wait for it and return what it returned.
+func (h *hostRole) lead(ctx context.Context) error {
+	h.once.Do(func() { h.leadOK = h.role.Lead(ctx) })
+	return h.leadOK
+}

@@ -46,6 +46,7 @@ type Announcer interface {
 	Remove(vip netip.Addr) error
 	// Answering returns every VIP answered now and the MAC answering it.
 	Answering() map[netip.Addr]net.HardwareAddr
+	Owned(vip netip.Addr) (net.HardwareAddr, bool)
 	Probe(ctx context.Context, vip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
 	Run(ctx context.Context) error
 }
@@ -148,7 +149,7 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 		return nil, err
 	}
 	l.defended = defended
-	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools, len(in.cfg.hypervisorHosts()) <= 1)
+	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools, in.cfg.zonesHere() != nil)
 	l.role.stand(ctx)
 	go l.runAnnouncer(ctx)
 	return l, nil
@@ -170,7 +171,7 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 		selectsNS: pools.SelectsNamespaces(),
 		ann:       ann,
 		place: newPlacement(placementConfig{
-			bridge: cfg.Bridge, bridges: in.cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, vipRoutes: vipRoutes,
+			bridge: cfg.Bridge, bridges: in.cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, here: in.cfg.zonesHere(), vipRoutes: vipRoutes,
 		}),
 		loaded: make(chan struct{}),
 		warned: map[string]string{},

@@ -99,6 +99,13 @@ func (a *fakeAnnouncer) Answering() map[netip.Addr]net.HardwareAddr {
 	return out
 }
 
+func (a *fakeAnnouncer) Owned(vip netip.Addr) (net.HardwareAddr, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	mac, ok := a.owned[vip]
+	return mac, ok
+}
+
 func (a *fakeAnnouncer) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return nil

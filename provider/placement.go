@@ -60,7 +60,10 @@ type placementConfig struct {
 	instances   *instances
 	alloc       *lb.Allocator
 	ann         Announcer
-	vipRoutes   pathSetter // the host's routes to VIPs; nil: ARP alone
+	// here says which hypervisor zones are on this host, with hypervisors
+	// on several hosts; nil: every VIP is answered here.
+	here      map[string]bool
+	vipRoutes pathSetter // the host's routes to VIPs; nil: ARP alone
 	// localDamping is LocalPolicyDamping unless a test shortens it.
 	localDamping time.Duration
 	// localWarmup is LocalEndpointWarmup unless a test shortens it.
@@ -86,6 +89,9 @@ type placement struct {
 	batchMu sync.Mutex
 	next    *batch
 
+	// answers is every VIP's answer, on this host or another; the pass
+	// owns it.
+	answers *answerSplit
 	// known holds each Node's last facts, used while its hypervisor
 	// cannot be asked: an unreachable hypervisor is not a dead node.
 	known map[string]nodeFacts
@@ -138,6 +144,7 @@ func newPlacement(cfg placementConfig) *placement {
 		endpointAges:    endpointAges{},
 		reportAt:        map[string]time.Time{},
 		awaiting:        map[string]bool{},
+		answers:         newAnswerSplit(cfg.ann, cfg.here),
 	}
 	p.live = newLiveness(func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
 		return p.ann.Probe(ctx, ip)

@@ -32,10 +32,11 @@ func (p *placement) pass(ctx context.Context, given givenServices) {
 	now := time.Now()
 	snap := p.snapshot(ctx, given, now)
 	defer clear(snap.views) // keeps no Node the informer has replaced
-	holdEnds := p.apply(ctx, decide(snap, p.ann.Answering(), p.dampedUntil, now), given)
+	p.answers.seed(p.services, snap.vips)
+	holdEnds := p.apply(ctx, snap, decide(snap, p.answers.answering(), p.dampedUntil, now), given)
 	// A released VIP's damping goes with it.
 	maps.DeleteFunc(p.dampedUntil, func(ip netip.Addr, _ time.Time) bool { _, claimed := snap.vips[ip]; return !claimed })
-	answering := p.ann.Answering() // after this pass's changes
+	answering := p.answers.answering() // after this pass's changes
 	p.applySpread(ctx, snap, answering)
 	p.conds.update(answers(snap, answering))
 	p.wakeAt(earliest(holdEnds, snap.warmedAt))
@@ -49,17 +50,22 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// apply makes the announcer do what changes say, with the events, logs and
+// apply makes the answers what changes say, with the events, logs and
 // metrics of each, and notes when each set VIP's damping ends; it returns
 // when the earliest hold that keeps a VIP from a change ends (zero if none).
-func (p *placement) apply(ctx context.Context, changes []change, given givenServices) (holdEnds time.Time) {
+func (p *placement) apply(ctx context.Context, snap snapshot, changes []change, given givenServices) (holdEnds time.Time) {
 	log := klog.FromContext(ctx)
+	zoneOf := func(mac net.HardwareAddr) (string, bool) {
+		v, ok := snap.withMAC(mac)
+		return v.facts.zone, ok
+	}
 	for _, c := range changes {
 		ip := c.vip
 		switch c.kind {
 		case keepVIP:
-			if c.reason == keptPlaced && len(given) > 0 {
-				_ = p.ann.SetAfter(ip, c.mac, time.Time{}) // repairs a neighbour entry that failed before
+			if zone, ok := zoneOf(c.mac); ok {
+				// repair mends a neighbour entry that failed before.
+				_ = p.answers.keep(ip, c.mac, zone, c.reason == keptPlaced && len(given) > 0)
 			}
 			if !c.until.IsZero() && (holdEnds.IsZero() || c.until.Before(holdEnds)) {
 				holdEnds = c.until
@@ -69,7 +75,7 @@ func (p *placement) apply(ctx context.Context, changes []change, given givenServ
 			// calls), not on every pass.
 			p.noNodeEvent(given.only(c.services), given, ip)
 		case removeVIP:
-			if err := p.ann.Remove(ip); err != nil {
+			if err := p.answers.remove(ip); err != nil {
 				msg := "Cannot stop announcing VIP"
 				if c.reason == removedReleased {
 					msg = "Cannot stop announcing a released VIP"
@@ -81,7 +87,8 @@ func (p *placement) apply(ctx context.Context, changes []change, given givenServ
 				p.noNodeEvent(c.services, given, ip)
 			}
 		case setVIP:
-			if err := p.ann.SetAfter(ip, c.mac, c.cause); err != nil {
+			zone, _ := zoneOf(c.mac)
+			if err := p.answers.set(ip, c.mac, zone, c.cause); err != nil {
 				log.Error(err, "Announcing VIP", "ip", ip, "node", c.node)
 			} else {
 				p.dampedUntil[ip] = time.Now().Add(p.localDamping)

@@ -19,6 +19,7 @@ import (
 // nodeFacts is what placement knows of one Node's domain.
 type nodeFacts struct {
 	uuid  string
+	zone  string // of the hypervisor holding the domain
 	state libvirtcloud.State
 	mac   net.HardwareAddr // the domain's NIC on its hypervisor's bridge; nil if none
 	fresh bool             // from a hypervisor that answered in this pass
@@ -260,7 +261,7 @@ func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
 		d, _, err := p.instances.find(ctx, n)
 		switch {
 		case err == nil:
-			v.facts = nodeFacts{uuid: d.UUID, state: d.State, mac: macOn(d, p.bridgeOf(d.Hypervisor)), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
+			v.facts = nodeFacts{uuid: d.UUID, zone: d.Hypervisor, state: d.State, mac: macOn(d, p.bridgeOf(d.Hypervisor)), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
 			v.known = true
 		case errors.Is(err, libvirtcloud.ErrNotFound):
 		default:

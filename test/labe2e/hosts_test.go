@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,10 +17,12 @@ import (
 
 // TestLabHosts: a dual-stack lab of two hypervisor hosts, one guest each,
 // their bridges on one LAN with the FRR router. Each host's replica peers with
-// the router, which learns every pod CIDR via its node; one VIP is answered
-// by pods on both hosts; pods reach each other across hosts through the
-// router; losing a whole host's guests keeps the VIP answered and deletes
-// no Node; down removes every host.
+// the router, which learns every pod CIDR via its node, and routes its own
+// bridge; one VIP is answered by pods on both hosts; a VIP placed on the
+// second host's node is answered by that host's replica with the leader
+// stopped; pods reach each other across hosts through the router; losing a
+// whole host's guests keeps the VIP answered and deletes no Node; down
+// removes every host.
 func TestLabHosts(t *testing.T) {
 	l := newLabcloud(t)
 	start := time.Now()
@@ -77,6 +80,24 @@ func TestLabHosts(t *testing.T) {
 			for i, cidr := range n.PodCIDRs {
 				if want := cidr + " via " + internalIPs[n.Name][i]; !strings.Contains(n.RouterRoute, want) {
 					return fmt.Sprintf("node %s (%s): the router's routes %q, want %q", n.Name, n.Host, n.RouterRoute, want)
+				}
+			}
+		}
+		return ""
+	})
+
+	// The second host's replica does not lead: it routes its own bridge,
+	// every pod CIDR via its node, in both families.
+	eventually(t, hosts[1].Name+"'s bridge routing every pod CIDR", time.Minute, time.Second, func() string {
+		for _, n := range l.status().Nodes {
+			for i, cidr := range n.PodCIDRs {
+				family := "-4"
+				if strings.Contains(cidr, ":") {
+					family = "-6"
+				}
+				out, err := exec.Command("ip", "-n", hosts[1].Netns, family, "route", "show", cidr).CombinedOutput()
+				if want := "via " + internalIPs[n.Name][i] + " dev " + lab.Bridge; err != nil || !strings.Contains(string(out), want) {
+					return fmt.Sprintf("%s: route to %s is %q (%v), want %q", hosts[1].Name, cidr, strings.TrimSpace(string(out)), err, want)
 				}
 			}
 		}
@@ -186,6 +207,35 @@ spec:
 	if lostVIP == "" {
 		t.Fatalf("none of 12 VIPs placed on %s's node", lost.Name)
 	}
+	// Each host answers for its own nodes: with the leader's replica (on
+	// the first host) stopped, a LAN client still gets the second host's
+	// node's MAC for the VIP placed there, from the second host's replica.
+	if leads, err := lab.ReplicaLeads(t.Context(), st, hosts[0].Name); err != nil || !leads {
+		t.Fatalf("%s's replica leads: %v (%v); want the first host's", hosts[0].Name, leads, err)
+	}
+	client := newLANClient(t)
+	before := client.waitARP(t, lostVIP, 30*time.Second)
+	leader := st.Pids[lab.CCMProcess]
+	if err := syscall.Kill(leader, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	resume := func() {
+		if stopped {
+			_ = syscall.Kill(leader, syscall.SIGCONT)
+			stopped = false
+		}
+	}
+	t.Cleanup(resume)
+	for i := range 5 {
+		mac, err := client.arp(lostVIP, time.Second)
+		if err != nil || mac.String() != before.String() {
+			t.Errorf("ARP request %d for %s with the leader stopped: %v %v, want %s", i, lostVIP, mac, err, before)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	resume()
+
 	killed := time.Now()
 	if err := lab.LoseHost(st, lost.Name); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,181 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+// answerFollowPeriod is how often a following replica compares its
+// answers with the conditions with nothing changed: a missed watch event
+// or a domain the cache had not seen yet costs no longer than that.
+const answerFollowPeriod = 2 * time.Second
+
+// hostDomains is what the follower needs of a hypervisor on its host.
+// *libvirtcloud.Hypervisor satisfies it.
+type hostDomains interface {
+	DomainEvents
+	Domains() []libvirtcloud.Domain
+	WaitSynced(ctx context.Context) error
+}
+
+// hostHypervisor is a hypervisor on this host and the bridge its guests
+// answer on.
+type hostHypervisor struct {
+	domains hostDomains
+	bridge  string
+}
+
+// answerFollower answers, on a replica that does not lead, for the VIPs
+// that the Services' Announced conditions say nodes on this host answer,
+// until halted: the leader writes the conditions (answers_split.go).
+type answerFollower struct {
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// follow starts answering on l's announcer from the Services (the
+// replica's own informer, which the caller starts) and the domains of the
+// hypervisors on this host, until the returned follower is halted.
+func (l *loadBalancer) follow(ctx context.Context, services coreinformers.ServiceInformer, here []hostHypervisor) (*answerFollower, error) {
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	reg, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(old, cur any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	f := &answerFollower{stop: stop, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for _, h := range here {
+		ch, unsubscribe := h.domains.Subscribe()
+		wg.Go(func() {
+			defer unsubscribe()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case _, ok := <-ch:
+					if !ok {
+						return
+					}
+					poke()
+				}
+			}
+		})
+	}
+	lister := services.Lister()
+	go func() {
+		defer close(f.done)
+		defer wg.Wait()
+		defer func() { _ = services.Informer().RemoveEventHandler(reg) }()
+		if !cache.WaitForCacheSync(ctx.Done(), services.Informer().HasSynced) {
+			return
+		}
+		for _, h := range here {
+			if h.domains.WaitSynced(ctx) != nil {
+				return
+			}
+		}
+		log := klog.FromContext(ctx).WithValues("bridge", l.bridge)
+		log.Info("Not leading: answering for the VIPs of nodes on this host, as the Services' conditions say")
+		for {
+			all, err := lister.List(labels.Everything())
+			if err == nil {
+				want := hostAnswers(all, l.serves, l.alloc.InPools, macsOn(here))
+				l.answerOnly(ctx, want)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-time.After(answerFollowPeriod):
+			}
+		}
+	}()
+	return f, nil
+}
+
+// halt stops the follower and waits until it has set its last answer.
+func (f *answerFollower) halt() {
+	f.stop()
+	<-f.done
+}
+
+// answerOnly makes the announcer answer exactly want.
+func (l *loadBalancer) answerOnly(ctx context.Context, want map[netip.Addr]net.HardwareAddr) {
+	log := klog.FromContext(ctx)
+	have := l.ann.Answering()
+	for ip := range have {
+		if _, ok := want[ip]; ok {
+			continue
+		}
+		if err := l.ann.Remove(ip); err != nil {
+			log.Error(err, "Cannot stop answering a VIP that no node on this host answers now", "ip", ip)
+			continue
+		}
+		log.Info("Stopped answering a VIP: no node on this host answers it now", "ip", ip)
+	}
+	for ip, mac := range want {
+		if bytes.Equal(have[ip], mac) {
+			continue
+		}
+		if err := l.ann.SetAfter(ip, mac, time.Time{}); err != nil {
+			log.Error(err, "Answering VIP for a node on this host", "ip", ip, "mac", mac)
+			continue
+		}
+		log.Info("Answering VIP for a node on this host", "ip", ip, "mac", mac)
+	}
+}
+
+// macsOn is the MACs the domains of here have on their bridges.
+func macsOn(here []hostHypervisor) map[macKey]bool {
+	out := map[macKey]bool{}
+	for _, h := range here {
+		for _, d := range h.domains.Domains() {
+			if k, ok := keyOf(macOn(d, h.bridge)); ok {
+				out[k] = true
+			}
+		}
+	}
+	return out
+}
+
+// hostAnswers is what this host answers, from the Services' Announced
+// conditions: each VIP in the pools, of a Service this CCM serves, whose
+// answering MAC is a NIC of a domain on this host (local).
+func hostAnswers(services []*v1.Service, serves func(*v1.Service) bool, inPools func(netip.Addr) bool, local map[macKey]bool) map[netip.Addr]net.HardwareAddr {
+	out := map[netip.Addr]net.HardwareAddr{}
+	for _, svc := range services {
+		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || !serves(svc) {
+			continue
+		}
+		for _, a := range announcedAnswers(svc) {
+			k, ok := keyOf(a.MAC)
+			if ok && local[k] && inPools(a.VIP) {
+				out[a.VIP] = a.MAC
+			}
+		}
+	}
+	return out
+}

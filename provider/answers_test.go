@@ -1,0 +1,195 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/libvirtcloud"
+)
+
+// hostOfZone is the fake hypervisor's domains in one zone: one host's
+// hypervisor, as a following replica sees its own.
+type hostOfZone struct {
+	h    *fakeHypervisor
+	zone string
+}
+
+func (z hostOfZone) Subscribe() (<-chan libvirtcloud.Event, func()) { return z.h.Subscribe() }
+func (z hostOfZone) WaitSynced(context.Context) error               { return nil }
+func (z hostOfZone) Domains() []libvirtcloud.Domain {
+	z.h.mu.Lock()
+	defer z.h.mu.Unlock()
+	var out []libvirtcloud.Domain
+	for _, d := range z.h.doms {
+		if d.Hypervisor == z.zone {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// owns is the VIPs a fake announcer answers, by the node answering.
+func owns(a *fakeAnnouncer) map[string]int {
+	out := map[string]int{}
+	for _, mac := range a.Answering() {
+		n, _ := nodeOf(mac)
+		out[n.name]++
+	}
+	return out
+}
+
+// TestEachHostAnswersForItsOwnNodes: with node-a on the leader's host and
+// node-b on another, the leader's announcer answers only the VIPs placed
+// on node-a, and the other host's replica, following the Services'
+// Announced conditions, only those on node-b; a VIP that moves between
+// hosts leaves one announcer for the other.
+func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
+	f := newLBFixture(t, "10.0.0.0/27")
+	b := f.hv.domain("node-b")
+	b.Hypervisor = "zone-b"
+	f.hv.doms[b.UUID] = b
+	f.lb.place.answers.here = map[string]bool{"zone-a": true, "zone-b": false}
+	f.start()
+
+	// The second host's replica: its own announcer, following.
+	follower, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: []lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/27"}}}},
+		[]Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower.serves = LoadBalancerConfig{}.Serves
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	fw, err := follower.follow(f.ctx, factory.Core().V1().Services(), []hostHypervisor{{domains: hostOfZone{f.hv, "zone-b"}, bridge: testBridge}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fw.halt)
+	factory.Start(f.ctx.Done())
+	other := follower.ann.(*fakeAnnouncer)
+
+	const services = 8
+	for i := range services {
+		svc, err := f.client.CoreV1().Services("default").Create(f.ctx, lbService(fmt.Sprintf("svc-%d", i)), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.mustEnsure(svc)
+	}
+	onA, onB := 0, 0
+	for vip, mac := range f.lb.place.answers.answering() {
+		if n, _ := nodeOf(mac); n.name == "node-a" {
+			onA++
+		} else {
+			onB++
+			if _, owned := f.ann.Owned(vip); owned {
+				t.Errorf("the leader's announcer answers %s, placed on node-b on the other host", vip)
+			}
+		}
+	}
+	if onA == 0 || onB == 0 || onA+onB != services {
+		t.Fatalf("placed %d VIPs on node-a and %d on node-b, want %d over both", onA, onB, services)
+	}
+	f.waitFor("each host answering its own node's VIPs", func() bool {
+		a, b := owns(f.ann), owns(other)
+		return a["node-a"] == onA && len(a) == 1 && b["node-b"] == onB && len(b) == 1
+	})
+
+	// node-a's domain crashes: its VIPs move to node-b, so to the other host.
+	f.hv.setState("node-a", libvirtcloud.StateCrashed)
+	f.waitFor("every VIP answered by the other host", func() bool {
+		return len(f.ann.Answering()) == 0 && owns(other)["node-b"] == services
+	})
+	if n := len(f.lb.place.answers.answering()); n != services {
+		t.Errorf("the leader knows %d answers, want %d", n, services)
+	}
+}
+
+// TestHostAnswersFollowTheConditions: a following replica answers a VIP
+// when the Announced condition names a MAC of a domain on its host, of a
+// Service this CCM serves, in its pools; nothing else.
+func TestHostAnswersFollowTheConditions(t *testing.T) {
+	local := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
+	remote := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
+	announced := func(name string, answers ...lb.Answer) *v1.Service {
+		s := lbService(name)
+		c := lb.AnnouncedCondition(answers)
+		s.Status.Conditions = []metav1.Condition{c}
+		return s
+	}
+	ip := netip.MustParseAddr
+	classed := announced("classed", lb.Answer{VIP: ip("10.0.0.5"), Node: "n1", MAC: local})
+	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
+	notLB := announced("cluster-ip", lb.Answer{VIP: ip("10.0.0.6"), Node: "n1", MAC: local})
+	notLB.Spec.Type = v1.ServiceTypeClusterIP
+	garbled := lbService("garbled")
+	garbled.Status.Conditions = []metav1.Condition{{Type: lb.ConditionAnnounced, Status: metav1.ConditionTrue, Message: "nonsense"}}
+	services := []*v1.Service{
+		announced("here", lb.Answer{VIP: ip("10.0.0.1"), Node: "n1", MAC: local}),
+		announced("dual", lb.Answer{VIP: ip("10.0.0.2"), Node: "n1", MAC: local}, lb.Answer{VIP: ip("fd00::2"), Node: "n1", MAC: local}),
+		announced("there", lb.Answer{VIP: ip("10.0.0.3"), Node: "n2", MAC: remote}),
+		announced("nobody", lb.Answer{VIP: ip("10.0.0.4")}),
+		announced("outside-pools", lb.Answer{VIP: ip("192.0.2.1"), Node: "n1", MAC: local}),
+		classed, notLB, garbled, lbService("unplaced"),
+	}
+	inPools := func(a netip.Addr) bool { return a.Is6() || netip.MustParsePrefix("10.0.0.0/24").Contains(a) }
+	k, _ := keyOf(local)
+	got := hostAnswers(services, LoadBalancerConfig{}.Serves, inPools, map[macKey]bool{k: true})
+	want := map[netip.Addr]string{ip("10.0.0.1"): local.String(), ip("10.0.0.2"): local.String(), ip("fd00::2"): local.String()}
+	if len(got) != len(want) {
+		t.Errorf("answers %v, want %v", got, want)
+	}
+	for vip, mac := range want {
+		if got[vip].String() != mac {
+			t.Errorf("%s answered by %v, want %s", vip, got[vip], mac)
+		}
+	}
+}
+
+// TestNewLeaderKeepsOtherHostsAnswers: a replica that starts leading takes
+// the answers the conditions give to other hosts as they are, so it does
+// not announce them afresh.
+func TestNewLeaderKeepsOtherHostsAnswers(t *testing.T) {
+	remote := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0x0b}
+	vip := netip.MustParseAddr("10.0.0.9")
+	svc := lbService("kept", withStatusIP(vip.String()))
+	svc.Status.Conditions = []metav1.Condition{lb.AnnouncedCondition([]lb.Answer{{VIP: vip, Node: "node-b", MAC: remote}})}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := indexer.Add(svc); err != nil {
+		t.Fatal(err)
+	}
+	ann := newFakeAnnouncer()
+	s := newAnswerSplit(ann, map[string]bool{"zone-a": true})
+	claims := map[netip.Addr]vipClaim{vip: {services: []string{"default/kept"}}, netip.MustParseAddr("10.0.0.10"): {services: []string{"default/none"}}}
+	s.seed(corelisters.NewServiceLister(indexer), claims)
+	if got := s.answering(); len(got) != 1 || got[vip].String() != remote.String() {
+		t.Fatalf("answers after seeding %v, want %s by %s only", got, vip, remote)
+	}
+	// Kept where it is: not set on this host's announcer.
+	if err := s.keep(vip, remote, "zone-b", true); err != nil {
+		t.Fatal(err)
+	}
+	if len(ann.sets) != 0 {
+		t.Errorf("this host's announcer was set %v for a VIP answered on another host", ann.sets)
+	}
+	// Its domain migrated here: now this host answers it.
+	if err := s.keep(vip, remote, "zone-a", false); err != nil {
+		t.Fatal(err)
+	}
+	if mac, ok := ann.Owned(vip); !ok || mac.String() != remote.String() || len(s.elsewhere) != 0 {
+		t.Errorf("after the domain came to this host: owned %v %v, elsewhere %v", mac, ok, s.elsewhere)
+	}
+	if err := s.remove(vip); err != nil || len(s.answering()) != 0 {
+		t.Errorf("after remove: %v, answers %v", err, s.answering())
+	}
+}
