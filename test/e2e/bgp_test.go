@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -44,33 +45,8 @@ func bgpCloudConfig(passwordFile string) string {
 }
 
 func TestBGPAnnouncesPodCIDRs(t *testing.T) {
-	requireEnv(t)
-	if err := frr.Available(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	client := newLANClient(t, e2eRouterAddr+"/24")
-	routerDir, err := os.MkdirTemp("", "lce2e-frr-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(routerDir) })
 	const password = "e2e-bgp-secret"
-	router, err := frr.Start(context.Background(), client.name, routerDir, frr.Config{
-		ASN: 64512, RouterID: netip.MustParseAddr(e2eRouterAddr),
-		Neighbors: []frr.Neighbor{{Address: netip.MustParseAddr(e2eCCMAddr), ASN: 64513, BFD: true, Password: password}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(router.LogTail(20))
-		}
-		router.Stop()
-	})
+	router := startRouter(t, password)
 	pwFile := filepath.Join(t.TempDir(), "bgp-password")
 	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -152,4 +128,93 @@ func waitRIB(t testing.TB, r *frr.Router, what string, timeout time.Duration, ok
 	if err != nil {
 		t.Fatalf("%s: not within %s (%v); the router's BGP routes: %v", what, timeout, err, last)
 	}
+}
+
+// TestBGPAnnouncesVIPsInRoutedMode: with bgp.announceVIPs the router
+// learns each VIP as a host route via the node that answers it, and
+// follows the VIP when that node's domain dies.
+func TestBGPAnnouncesVIPsInRoutedMode(t *testing.T) {
+	router := startRouter(t, "")
+	cfg := lbCloudConfig("10.88.0.87-10.88.0.88") + fmt.Sprintf(`bgp:
+  asn: 64513
+  routerID: %s
+  announceVIPs: true
+  peers: [{address: %s, asn: 64512, bfd: true}]
+`, e2eCCMAddr, e2eRouterAddr)
+	macs := map[string]net.HardwareAddr{}
+	nodeIP := map[string]netip.Addr{}
+	names := []string{"e2e-routed-1", "e2e-routed-2"}
+	for _, name := range names {
+		_, mac := defineDomain(t, name, true)
+		macs[name], _ = net.ParseMAC(mac)
+		nodeIP[name] = netip.MustParseAddr(waitLease(t, mac))
+	}
+	startCCM(t, cfg, lbControllers)
+	servicesGoneAtEnd(t, "routed-")
+	for _, name := range names {
+		createNode(t, name, v1.ConditionTrue)
+	}
+	for _, name := range names {
+		waitNode(t, name, "initialization with its address", 60*time.Second, func(n *v1.Node) bool { return n != nil && internalIP(n) != "" })
+	}
+	heartbeat(t, names...)
+	createLBService(t, "routed-web", nil)
+	vip, _ := waitVIP(t, "routed-web", 30*time.Second)
+	host := netip.PrefixFrom(vip, 32)
+	via := func(node string) func(map[netip.Prefix]frr.Route) bool {
+		return func(rib map[netip.Prefix]frr.Route) bool {
+			r, ok := rib[host]
+			return ok && r.Selected && slices.Equal(r.NextHops, []netip.Addr{nodeIP[node]})
+		}
+	}
+	var first string
+	waitRIB(t, router, "the VIP via the node answering it", 60*time.Second, func(rib map[netip.Prefix]frr.Route) bool {
+		for node := range macs {
+			if via(node)(rib) {
+				first = node
+				return true
+			}
+		}
+		return false
+	})
+	if err := domain(t, first).Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	destroyed := time.Now()
+	other := otherNode(macs, first)
+	waitRIB(t, router, "the VIP via "+other+" after "+first+"'s domain died", 30*time.Second, via(other))
+	t.Logf("the router routed %s via %s, then via %s %s after %s's domain was destroyed", host, first, other, time.Since(destroyed).Round(time.Millisecond), first)
+}
+
+// startRouter starts FRR as the LAN router at e2eRouterAddr, peering with
+// the CCM at e2eCCMAddr (with password, if not empty).
+func startRouter(t *testing.T, password string) *frr.Router {
+	t.Helper()
+	requireEnv(t)
+	if err := frr.Available(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	client := newLANClient(t, e2eRouterAddr+"/24")
+	routerDir, err := os.MkdirTemp("", "lce2e-frr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(routerDir) })
+	router, err := frr.Start(context.Background(), client.name, routerDir, frr.Config{
+		ASN: 64512, RouterID: netip.MustParseAddr(e2eRouterAddr),
+		Neighbors: []frr.Neighbor{{Address: netip.MustParseAddr(e2eCCMAddr), ASN: 64513, BFD: true, Password: password}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(router.LogTail(20))
+		}
+		router.Stop()
+	})
+	return router
 }
