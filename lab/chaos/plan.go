@@ -38,8 +38,8 @@ const (
 	FaultHostLoss FaultKind = "host-loss"
 	// FaultLeaderHostLoss is a host-loss whose host's replica leads when
 	// it is injected (never drawn: the session turns a host-loss into it).
-	// Losing that host loses the leader too, and with several hosts no
-	// replica answers until the lease moves: it is judged as ccm-kill is.
+	// Losing that host loses the leader too: the lost host's VIPs move
+	// only once the lease does, so it is judged as ccm-kill is.
 	FaultLeaderHostLoss FaultKind = "host-loss-leader"
 )
 
