@@ -257,6 +257,27 @@ func TestBFDWithdrawsALostSpeaker(t *testing.T) {
 	}
 }
 
+// A peer that flaps (the router resets the session, as after its own
+// restart or a policy change) gets every route again once the session is
+// back, with no change on the speaker's side.
+func TestPeerFlapReannounces(t *testing.T) {
+	l := newLab(t, false)
+	sp := l.startSpeaker()
+	sp.announce(Route{netip.MustParsePrefix("10.244.1.0/24"), node1}, Route{netip.MustParsePrefix("fd00:244:1::/64"), node1v6})
+	l.waitSteady()
+	l.waitRIB("ip", 10*time.Second, func(rib map[netip.Prefix]frr.Route) bool { return via(rib, "10.244.1.0/24", node1) })
+	for i := range 3 {
+		if _, err := l.router.Vtysh(context.Background(), "clear bgp *"); err != nil {
+			t.Fatal(err)
+		}
+		reset := time.Now()
+		waitState(t, l.router, speakerAddr, "Established", 30*time.Second)
+		l.waitRIB("ip", 10*time.Second, func(rib map[netip.Prefix]frr.Route) bool { return via(rib, "10.244.1.0/24", node1) })
+		l.waitRIB("ipv6", 10*time.Second, func(rib map[netip.Prefix]frr.Route) bool { return via(rib, "fd00:244:1::/64", node1v6) })
+		t.Logf("flap %d: the router had every route again %s after it reset the session", i+1, time.Since(reset).Round(time.Millisecond))
+	}
+}
+
 // waitSteady waits until the router's session with the speaker has been
 // established (and its BFD up) for a second and a half: FRR 8.4's bgpd
 // re-keys its BFD session once BGP first comes up, and the old session's
