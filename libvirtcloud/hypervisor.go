@@ -195,6 +195,15 @@ func (h *Hypervisor) session(ctx context.Context, log logr.Logger) attempt {
 	return attempt{connected: true, served: time.Since(start), err: err}
 }
 
+// A silent remote hypervisor is given up after about (count+1) × interval
+// seconds: 4 s. Until then placement keeps its nodes' VIPs where they are;
+// after, it probes its guests on the bridge (a libvirtd that is merely slow
+// costs a reconnect, not a VIP).
+const (
+	keepaliveInterval = 1
+	keepaliveCount    = 3
+)
+
 func (h *Hypervisor) connect() (*libvirt.Connect, []int, error) {
 	var (
 		conn *libvirt.Connect
@@ -215,9 +224,11 @@ func (h *Hypervisor) connect() (*libvirt.Connect, []int, error) {
 		return nil, nil, fmt.Errorf("%s on %s: %w", what, h.opts.URI, err)
 	}
 	// Keepalive only exists on remote connections (the test driver says
-	// it is unsupported); a dead daemon is then noticed within ~15 s.
+	// it is unsupported): a host that went silent (a power cut closes no
+	// connection) is noticed once keepaliveCount probes, one after each
+	// keepaliveInterval without traffic, went unanswered.
 	start = time.Now()
-	err = conn.SetKeepAlive(5, 3)
+	err = conn.SetKeepAlive(keepaliveInterval, keepaliveCount)
 	h.called("SetKeepAlive", start)
 	if err != nil && !isUnsupported(err) {
 		return fail("set keepalive", err)

@@ -107,3 +107,43 @@ func TestNodesAreLabelledWithTheirHost(t *testing.T) {
 		}
 	}
 }
+
+// zonedHypervisor is a fake hypervisor of a zone of its own that counts
+// the lookups it is asked.
+type zonedHypervisor struct {
+	*fakeHypervisor
+	zone  string
+	asked int
+}
+
+func (h *zonedHypervisor) Zone() string { return h.zone }
+func (h *zonedHypervisor) DomainByUUID(uuid string) (libvirtcloud.Domain, error) {
+	h.asked++
+	return h.fakeHypervisor.DomainByUUID(uuid)
+}
+
+// A Node's own zone's hypervisor is asked first: a silent host, whose
+// lookups wait for libvirt's keepalive, is not asked about other hosts'
+// Nodes, while a Node not labelled yet is looked for everywhere.
+func TestLookupAsksTheNodesZoneFirst(t *testing.T) {
+	const uuid = "bbbbbbbb-0000-0000-0000-00000000000b"
+	silent := &zonedHypervisor{fakeHypervisor: &fakeHypervisor{doms: map[string]libvirtcloud.Domain{}}, zone: "zone-a"}
+	other := &zonedHypervisor{fakeHypervisor: &fakeHypervisor{doms: map[string]libvirtcloud.Domain{
+		uuid: {UUID: uuid, Name: "node-b", Hypervisor: "zone-b", State: libvirtcloud.StateRunning},
+	}}, zone: "zone-b"}
+	in := &instances{cfg: &Config{}, hypervisors: []Hypervisor{silent, other}}
+	n := readyNode("node-b")
+	n.Spec.ProviderID = ProviderID(uuid)
+	n.Labels = map[string]string{v1.LabelTopologyZone: "zone-b"}
+	d, h, err := in.find(context.Background(), n)
+	if err != nil || d.UUID != uuid || h != other {
+		t.Fatalf("find = %v on %v, %v; want the domain on zone-b", d.UUID, h, err)
+	}
+	if silent.asked != 0 {
+		t.Errorf("zone-a was asked %d times about a Node labelled zone-b", silent.asked)
+	}
+	delete(n.Labels, v1.LabelTopologyZone)
+	if _, _, err := in.find(context.Background(), n); err != nil || silent.asked != 1 {
+		t.Errorf("unlabelled: %v, zone-a asked %d times; want it asked first, in configured order", err, silent.asked)
+	}
+}

@@ -301,12 +301,14 @@ func (in *instances) find(ctx context.Context, node *v1.Node) (libvirtcloud.Doma
 	return libvirtcloud.Domain{}, nil, fmt.Errorf("node %s: no domain by system UUID, name or address: %w", node.Name, libvirtcloud.ErrNotFound)
 }
 
-// each asks every hypervisor; the first that has the domain wins. Not found
-// is the answer only if every hypervisor gave it.
+// each asks every hypervisor, the one of the Node's zone first; the first
+// that has the domain wins. Not found is the answer only if every
+// hypervisor gave it. Asking the Node's own first keeps a silent host, whose
+// lookups wait for libvirt's keepalive, out of the way of other hosts' Nodes.
 func (in *instances) each(node *v1.Node, lookup func(Hypervisor) (libvirtcloud.Domain, error)) (libvirtcloud.Domain, Hypervisor, error) {
 	var errs []error
 	notFound := 0
-	for _, h := range in.hypervisors {
+	for _, h := range zoneFirst(in.hypervisors, node.Labels[v1.LabelTopologyZone]) {
 		d, err := lookup(h)
 		if err == nil {
 			return d, h, nil
@@ -322,6 +324,18 @@ func (in *instances) each(node *v1.Node, lookup func(Hypervisor) (libvirtcloud.D
 	}
 	// Strip "not found" so callers never read a partial answer as final.
 	return libvirtcloud.Domain{}, nil, fmt.Errorf("node %s: %w", node.Name, errors.Join(unreachable(errs)...))
+}
+
+// zoneFirst is hvs with the hypervisor of zone, if any, first.
+func zoneFirst(hvs []Hypervisor, zone string) []Hypervisor {
+	i := slices.IndexFunc(hvs, func(h Hypervisor) bool { return h.Zone() == zone })
+	if zone == "" || i <= 0 {
+		return hvs
+	}
+	out := make([]Hypervisor, 0, len(hvs))
+	out = append(out, hvs[i])
+	out = append(out, hvs[:i]...)
+	return append(out, hvs[i+1:]...)
 }
 
 func unreachable(errs []error) []error {
