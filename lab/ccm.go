@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -235,10 +238,13 @@ func ReplicaLeads(ctx context.Context, st *State, name string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%s's CCM /metrics: %w", name, err)
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "leader_election_master_status{") {
-			return strings.HasSuffix(strings.TrimSpace(line), " 1"), nil
-		}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(out))
+	if err != nil {
+		return false, fmt.Errorf("%s's CCM /metrics: %w", name, err)
+	}
+	if f := families["leader_election_master_status"]; f != nil && len(f.GetMetric()) > 0 {
+		return f.GetMetric()[0].GetGauge().GetValue() == 1, nil
 	}
 	return false, fmt.Errorf("%s's CCM /metrics has no leader_election_master_status", name)
 }

@@ -18,7 +18,8 @@ import (
 func Down(dir string, out io.Writer) error {
 	st, err := LoadState(dir)
 	if err != nil {
-		st = &State{Dir: dir, Pids: map[string]int{}} // remove what can be found anyway
+		// Remove what can be found anyway, on every host up could make.
+		st = &State{Dir: dir, Pids: map[string]int{}, Hosts: labHosts(dir, MaxHosts)}
 	}
 	var errs []error
 	if !st.Light { // a light lab has no libvirtd: qemu:///system would be someone else's

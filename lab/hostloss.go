@@ -15,8 +15,10 @@ import (
 // LoseHost takes host name (any but the first, which runs the control
 // plane) off the lab as a power cut would: its LAN port goes down first, so
 // that no TCP FIN or BFD packet leaves it again, then its CCM replica, its
-// libvirtd and virtlogd and its guests' QEMUs are killed. Its directories,
-// network and domain definitions stay for RestoreHost.
+// libvirtd and virtlogd and its guests' QEMUs are frozen (SIGSTOP). Nothing
+// closes a connection, as nothing does when a host loses power: the other
+// hosts' replicas notice through libvirt's keepalive and BFD. Its
+// directories, network and domain definitions stay for RestoreHost.
 func LoseHost(st *State, name string) error {
 	h, err := st.otherHost(name)
 	if err != nil {
@@ -25,33 +27,44 @@ func LoseHost(st *State, name string) error {
 	if out, err := exec.Command("ip", "-n", h.Netns, "link", "set", HostUplink, "down").CombinedOutput(); err != nil {
 		return fmt.Errorf("%s's LAN port down: %w: %s", name, err, strings.TrimSpace(string(out)))
 	}
-	kill := func(pid int, program string) {
+	h.signalAll(st, syscall.SIGSTOP)
+	h.Lost = true
+	return st.Save()
+}
+
+// signalAll sends sig to everything host h runs: its CCM replica, its
+// libvirtd (with tini and virtlogd) and its guests' QEMUs.
+func (h *Host) signalAll(st *State, sig syscall.Signal) {
+	send := func(pid int, program string) {
 		if pid > 0 && host.IsProcess(pid, program) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, sig)
 		}
 	}
-	kill(h.Pids[CCMProcess], CCMProcess)
-	h.private(st.Dir).Kill()
-	kill(h.Pids["libvirtd"], "tini")
+	send(h.Pids[CCMProcess], CCMProcess)
+	h.private(st.Dir).Signal(sig)
+	send(h.Pids["libvirtd"], "tini")
 	qemus := host.QEMUs(NodePrefix)
 	for _, n := range st.Nodes {
-		if on, _ := st.HostOfNode(n); on.Name == name {
+		if on, _ := st.HostOfNode(n); on.Name == h.Name {
 			if pid, err := host.OneQEMU(qemus, n); err == nil {
-				kill(pid, "qemu-system")
+				send(pid, "qemu-system")
 			}
 		}
 	}
-	return nil
 }
 
-// RestoreHost brings a lost host back: its libvirtd with its network and
-// domains as they were, its guests started, its LAN port up and its CCM
-// replica started with the command up gave it. It records the new pids.
+// RestoreHost brings a lost host back as from a power cut: what LoseHost
+// froze is killed, then its libvirtd starts with its network and domains
+// as they were, its guests start, its LAN port comes up and its CCM
+// replica starts with the command up gave it. It records the new pids.
 func RestoreHost(ctx context.Context, st *State, name string) error {
 	h, err := st.otherHost(name)
 	if err != nil {
 		return err
 	}
+	h.signalAll(st, syscall.SIGKILL)
+	h.Lost = false
+	time.Sleep(killSettle)
 	p, err := h.private(st.Dir).Restart(ctx, hostLibvirtdLog(st.Dir, h.Name))
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -97,6 +110,10 @@ func launchReplica(ctx context.Context, h *Host, stateDir string) (int, error) {
 	}
 	return 0, err
 }
+
+// killSettle lets SIGKILLed processes end (and free their sockets and
+// locks) before their successors start.
+const killSettle = 200 * time.Millisecond
 
 // replicaRestart is the shipped unit's RestartSec.
 const replicaRestart = 2 * time.Second

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"libvirt.org/go/libvirt"
 
@@ -38,6 +39,9 @@ type Host struct {
 	// CCMCommand is its CCM replica's command line, for a host other than
 	// the first (the first's is State.CCMCommand).
 	CCMCommand []string `json:"ccmCommand,omitempty"`
+	// Lost is set between LoseHost and RestoreHost: its daemons are frozen
+	// and its libvirtd would never answer.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // labHosts are the hosts of a lab of n: with one, the lab's namespace as
@@ -169,6 +173,7 @@ func (u *upRun) startOtherHosts(ctx context.Context) error {
 func stopOtherHosts(st *State, out io.Writer) {
 	hosts := st.LabHosts()
 	for _, h := range hosts[1:] {
+		h.signalAll(st, syscall.SIGCONT) // a lost host's frozen daemons answer again
 		if pid := h.Pids[CCMProcess]; pid > 0 && host.IsProcess(pid, CCMProcess) {
 			fmt.Fprintf(out, "stopping %s's CCM (pid %d)\n", h.Name, pid)
 			host.Stop(pid)

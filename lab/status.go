@@ -113,8 +113,10 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	routes, _ := ownedRoutes()
 	domains := map[string]host.Domain{}
 	for _, h := range st.LabHosts() {
-		on, _ := host.Domains(h.URI, NetworkName, NodePrefix)
-		maps.Copy(domains, on)
+		if !h.Lost { // a lost host's libvirtd is frozen: it would never answer
+			on, _ := host.Domains(h.URI, NetworkName, NodePrefix)
+			maps.Copy(domains, on)
+		}
 	}
 	var rib map[netip.Prefix]frr.Route
 	if st.Router {

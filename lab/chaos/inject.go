@@ -50,11 +50,16 @@ func (in *injector) inject(ctx context.Context, f Fault) (undo func(context.Cont
 	case FaultNetRecreate:
 		return in.networkDestroy()
 	case FaultHostLoss, FaultLeaderHostLoss:
+		// The observer first: a frozen libvirtd would hang its reads.
+		in.obs.hostLost(f.Host, time.Now())
 		if err := lab.LoseHost(in.st, f.Host); err != nil {
 			return nil, err
 		}
-		in.obs.hostLost(f.Host, time.Now())
-		return func(ctx context.Context) error { return lab.RestoreHost(ctx, in.st, f.Host) }, nil
+		return func(ctx context.Context) error {
+			err := lab.RestoreHost(ctx, in.st, f.Host)
+			in.obs.hostBack(f.Host)
+			return err
+		}, nil
 	case FaultServiceCreate:
 		for _, s := range f.Create {
 			if err := createService(ctx, in.client, s); err != nil {

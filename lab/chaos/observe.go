@@ -229,10 +229,11 @@ type observer struct {
 	mu      sync.Mutex
 	downAt  map[string]time.Time // when each domain was last made or seen to go down
 	domains map[string]Domain
+	lost    map[string]bool // hosts lost now: their libvirtd is frozen, not asked
 }
 
 func newObserver(st *lab.State, client kubernetes.Interface, p *arpProber) *observer {
-	return &observer{st: st, client: client, arp: p, subnets: st.IPFamily.Subnets(), downAt: map[string]time.Time{}}
+	return &observer{st: st, client: client, arp: p, subnets: st.IPFamily.Subnets(), downAt: map[string]time.Time{}, lost: map[string]bool{}}
 }
 
 // wentDown records that chaos stopped a domain at t.
@@ -355,7 +356,13 @@ func (o *observer) readDomains(now time.Time) (map[string]Domain, bool) {
 	got, asked := map[string]Domain{}, false
 	qemus := host.QEMUs(lab.NodePrefix)
 	for _, h := range o.st.LabHosts() {
-		doms, err := host.Domains(h.URI, lab.NetworkName, lab.NodePrefix)
+		o.mu.Lock()
+		lost := o.lost[h.Name]
+		o.mu.Unlock()
+		doms, err := map[string]host.Domain(nil), errHostLost
+		if !lost {
+			doms, err = host.Domains(h.URI, lab.NetworkName, lab.NodePrefix)
+		}
 		o.mu.Lock()
 		if err != nil {
 			for name, d := range o.domains {
@@ -394,8 +401,20 @@ func (o *observer) readDomains(now time.Time) (map[string]Domain, bool) {
 	return got, true
 }
 
-// hostLost records that every guest of host went down at t.
+var errHostLost = errors.New("host lost")
+
+// hostBack records that a lost host runs again: its libvirtd is asked.
+func (o *observer) hostBack(hostName string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.lost, hostName)
+}
+
+// hostLost records that host is lost, and every guest of it went down at t.
 func (o *observer) hostLost(hostName string, t time.Time) {
+	o.mu.Lock()
+	o.lost[hostName] = true
+	o.mu.Unlock()
 	for _, n := range o.st.Nodes {
 		if on, _ := o.st.HostOfNode(n); on.Name == hostName {
 			o.wentDown(n, t)

@@ -92,9 +92,10 @@ func (k FaultKind) policy() faultPolicy {
 	case FaultLeaderHostLoss:
 		return faultPolicy{Outage: true, Settle: 35 * time.Second, holdMin: 10 * time.Second, holdMax: 20 * time.Second}
 	case FaultHostLoss:
-		// The lost host's VIPs move once its guests miss two probe rounds;
+		// The lost host's VIPs move once libvirt's keepalive gives the
+		// silent host up (about 4 s) and its guests miss two probe rounds;
 		// back, its guests boot and report before they answer again.
-		return faultPolicy{Settle: 5 * time.Second, weight: 2, holdMin: 10 * time.Second, holdMax: 20 * time.Second}
+		return faultPolicy{Settle: 8 * time.Second, weight: 2, holdMin: 10 * time.Second, holdMax: 20 * time.Second}
 	}
 	return faultPolicy{Settle: 10 * time.Second}
 }

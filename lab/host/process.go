@@ -56,11 +56,12 @@ func ArgContains(args []string, s string) bool {
 	return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s) })
 }
 
-// Stop sends SIGTERM, then SIGKILL after 10 s.
+// Stop sends SIGTERM (and SIGCONT), then SIGKILL after 10 s.
 func Stop(pid int) {
 	if syscall.Kill(pid, syscall.SIGTERM) != nil {
 		return
 	}
+	_ = syscall.Kill(pid, syscall.SIGCONT) // a frozen process handles it too, as systemd does
 	for i := 0; i < 100; i++ {
 		if syscall.Kill(pid, 0) != nil || zombie(pid) {
 			return

@@ -148,10 +148,11 @@ func (p Private) Pids() (libvirtd, virtlogd int) {
 	return read("libvirtd"), read("virtlogd")
 }
 
-// Kill kills its libvirtd and virtlogd at once (SIGKILL), as a host
-// that loses power does; its directories stay for Restart.
-func (p Private) Kill() {
-	p.eachDaemon(func(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) })
+// Signal sends sig to its libvirtd and virtlogd: SIGSTOP freezes them as
+// a host that loses power goes silent, SIGKILL ends them; its directories
+// stay for Restart.
+func (p Private) Signal(sig syscall.Signal) {
+	p.eachDaemon(func(pid int) { _ = syscall.Kill(pid, sig) })
 }
 
 // Stop stops its libvirtd and virtlogd (guests keep running: destroy

@@ -247,7 +247,7 @@ spec:
 		}
 		return ""
 	})
-	t.Logf("VIP %s answered from %s %.2fs after %s was lost (replica, libvirtd and guests killed)", lostVIP, hosts[0].Name, time.Since(killed).Seconds(), lost.Name)
+	t.Logf("VIP %s answered from %s %.2fs after %s was lost (replica, libvirtd and guests frozen: noticed by libvirt's keepalive)", lostVIP, hosts[0].Name, time.Since(killed).Seconds(), lost.Name)
 	// BFD (300 ms x 3) takes the lost host's routes out of the router.
 	eventually(t, "the router without "+lost.Name+"'s routes", time.Minute, 100*time.Millisecond, func() string {
 		for _, n := range l.status().Nodes {
