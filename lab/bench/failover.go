@@ -34,7 +34,8 @@ const (
 )
 
 // failoverBench runs failovers of the node answering one VIP, watching the
-// bridge, the host's neighbour table and libvirt's events all along.
+// bridge, the hosts' neighbour tables and every host's libvirt events all
+// along.
 type failoverBench struct {
 	client kubernetes.Interface
 	st     *lab.State
@@ -51,11 +52,20 @@ func newFailoverBench(ctx context.Context, client kubernetes.Interface, st *lab.
 	if err != nil {
 		return nil, err
 	}
-	events, err := watchDomains(st.LibvirtURI())
+	hosts := st.LabHosts()
+	uris := make([]string, 0, len(hosts))
+	var others []string // the namespaces of hosts but the first, where the bench runs
+	for _, h := range hosts {
+		uris = append(uris, h.URI)
+		if h.Index > 1 {
+			others = append(others, h.Netns)
+		}
+	}
+	events, err := watchDomains(uris...)
 	if err != nil {
 		return nil, err
 	}
-	wire, err := watchWire(lab.Bridge, ip)
+	wire, err := watchWire(lab.Bridge, ip, others...)
 	if err != nil {
 		events.close()
 		return nil, err
@@ -431,10 +441,14 @@ func (p *prober) stop() {
 // domainWatch records libvirt's lifecycle events on its own connection,
 // stamped on arrival.
 type domainWatch struct {
+	watches []lifecycleWatch // one per host's libvirtd
+	mu      sync.Mutex
+	seen    []domainEvent
+}
+
+type lifecycleWatch struct {
 	conn *libvirt.Connect
 	id   int
-	mu   sync.Mutex
-	seen []domainEvent
 }
 
 type domainEvent struct {
@@ -464,25 +478,32 @@ func startEventLoop() error {
 	return benchLoopErr
 }
 
-func watchDomains(uri string) (*domainWatch, error) {
+// watchDomains records the lifecycle events of the domains of every
+// libvirtd in uris (each host's).
+func watchDomains(uris ...string) (*domainWatch, error) {
 	if err := startEventLoop(); err != nil {
 		return nil, err
 	}
-	conn, err := libvirt.NewConnectReadOnly(uri)
-	if err != nil {
-		return nil, fmt.Errorf("libvirt %s: %w", uri, err)
-	}
-	w := &domainWatch{conn: conn}
-	w.id, err = conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
-		at := time.Now()
-		name, _ := d.GetName() // local: the event carries it
-		w.mu.Lock()
-		w.seen = append(w.seen, domainEvent{name: name, event: ev.Event, at: at})
-		w.mu.Unlock()
-	})
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("libvirt lifecycle events: %w", err)
+	w := &domainWatch{}
+	for _, uri := range uris {
+		conn, err := libvirt.NewConnectReadOnly(uri)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("libvirt %s: %w", uri, err)
+		}
+		id, err := conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
+			at := time.Now()
+			name, _ := d.GetName() // local: the event carries it
+			w.mu.Lock()
+			w.seen = append(w.seen, domainEvent{name: name, event: ev.Event, at: at})
+			w.mu.Unlock()
+		})
+		if err != nil {
+			conn.Close()
+			w.close()
+			return nil, fmt.Errorf("libvirt %s lifecycle events: %w", uri, err)
+		}
+		w.watches = append(w.watches, lifecycleWatch{conn: conn, id: id})
 	}
 	return w, nil
 }
@@ -510,8 +531,10 @@ func (w *domainWatch) wait(ctx context.Context, name string, since time.Time) (t
 }
 
 func (w *domainWatch) close() {
-	_ = w.conn.DomainEventDeregister(w.id)
-	w.conn.Close()
+	for _, l := range w.watches {
+		_ = l.conn.DomainEventDeregister(l.id)
+		l.conn.Close()
+	}
 }
 
 func parseVIP(s string) (netip.Addr, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/mdlayher/ndp"
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +25,7 @@ import (
 // the announcer sends for a VIP, gratuitous ARP for IPv4 and unsolicited
 // Neighbor Advertisements for IPv6 (the socket takes all protocols, since
 // the kernel hands frames a host sends only to such sockets), and a netlink
-// subscription sees every change of the host's neighbour entry for it.
+// subscription sees every change of the hosts' neighbour entries for it.
 // Both are stamped when they reach this process.
 
 // wireSeen is one observation: when, and the MAC it names.
@@ -36,8 +37,8 @@ type wireSeen struct {
 // wireWatch records, for one VIP on one bridge, its announcements (for
 // IPv4 a gratuitous ARP, request or reply form: sender and target address
 // are both the VIP; for IPv6 an unsolicited Neighbor Advertisement with the
-// override flag) and the neighbour entry updates, in the network namespace
-// it was opened in.
+// override flag) and the neighbour entry updates, in the network namespaces
+// it was opened for.
 type wireWatch struct {
 	vip netip.Addr
 
@@ -52,8 +53,11 @@ type wireWatch struct {
 	wg        sync.WaitGroup
 }
 
-// watchWire starts watching the bridge for vip. Close ends it.
-func watchWire(bridge string, vip netip.Addr) (*wireWatch, error) {
+// watchWire starts watching the bridge for vip. Close ends it. The
+// neighbour entries are watched in this network namespace and in each of
+// others (other hosts' namespaces, each with a bridge of the same name):
+// each host's replica writes the entries of its own nodes' VIPs.
+func watchWire(bridge string, vip netip.Addr, others ...string) (*wireWatch, error) {
 	ifi, err := net.InterfaceByName(bridge)
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: %w", bridge, err)
@@ -63,31 +67,68 @@ func watchWire(bridge string, vip netip.Addr) (*wireWatch, error) {
 		return nil, fmt.Errorf("capture on %s: %w", bridge, err)
 	}
 	w := &wireWatch{vip: vip.Unmap(), conn: conn, stopNeigh: make(chan struct{})}
-	updates := make(chan netlink.NeighUpdate, 256)
-	err = netlink.NeighSubscribeWithOptions(updates, w.stopNeigh, netlink.NeighSubscribeOptions{
-		ErrorCallback: func(err error) { w.fail(fmt.Errorf("neighbour updates: %w", err)) },
-	})
-	if err != nil {
+	if err := w.watchNeighbours(nil, ifi.Index); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("subscribe to neighbour updates: %w", err)
+		return nil, err
 	}
-	w.wg.Add(2)
+	for _, name := range others {
+		if err := w.watchNeighboursIn(name, bridge); err != nil {
+			_ = w.Close()
+			return nil, err
+		}
+	}
+	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		w.capture()
 	}()
+	return w, nil
+}
+
+// watchNeighboursIn watches the neighbour entries on bridge in the named
+// network namespace.
+func (w *wireWatch) watchNeighboursIn(name, bridge string) error {
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("network namespace %s: %w", name, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", name, err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s in %s: %w", bridge, name, err)
+	}
+	return w.watchNeighbours(&ns, link.Attrs().Index)
+}
+
+// watchNeighbours records the updates of the VIP's neighbour entry on the
+// link index of the namespace ns (nil: this one).
+func (w *wireWatch) watchNeighbours(ns *netns.NsHandle, index int) error {
+	updates := make(chan netlink.NeighUpdate, 256)
+	err := netlink.NeighSubscribeWithOptions(updates, w.stopNeigh, netlink.NeighSubscribeOptions{
+		Namespace:     ns,
+		ErrorCallback: func(err error) { w.fail(fmt.Errorf("neighbour updates: %w", err)) },
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to neighbour updates: %w", err)
+	}
+	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		for u := range updates {
 			at := time.Now()
 			ip, ok := netip.AddrFromSlice(u.IP)
-			if u.Type != unix.RTM_NEWNEIGH || u.LinkIndex != ifi.Index || !ok || ip.Unmap() != w.vip || len(u.HardwareAddr) == 0 {
+			if u.Type != unix.RTM_NEWNEIGH || u.LinkIndex != index || !ok || ip.Unmap() != w.vip || len(u.HardwareAddr) == 0 {
 				continue
 			}
 			w.record(&w.neighs, wireSeen{At: at, MAC: bytes.Clone(u.HardwareAddr)})
 		}
 	}()
-	return w, nil
+	return nil
 }
 
 // capture reads frames until the socket is closed.

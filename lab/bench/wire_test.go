@@ -91,6 +91,30 @@ func wireWatchSeesTheAnnouncer(t *testing.T, ns netns.NsHandle) {
 	for _, vips := range [][2]string{{"10.78.0.100", "10.78.0.101"}, {"fd78::100", "fd78::101"}} {
 		watchSeesMoves(t, a, bridge, netip.MustParseAddr(vips[0]), netip.MustParseAddr(vips[1]))
 	}
+	watchSeesOtherHosts(t, bridge)
+}
+
+// watchSeesOtherHosts: another host's replica writes the neighbour entries
+// of its own nodes' VIPs in that host's namespace, on its bridge of the
+// same name; the watch sees them there too.
+func watchSeesOtherHosts(t *testing.T, bridge string) {
+	other := nstest.Named(t, "lc-bench-host2")
+	nstest.IP(t, "-n", other, "link", "add", bridge, "type", "bridge")
+	nstest.IP(t, "-n", other, "link", "set", bridge, "up")
+	vip := netip.MustParseAddr("10.78.0.102")
+	w, err := watchWire(bridge, vip, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	since := time.Now()
+	nstest.IP(t, "-n", other, "neigh", "replace", vip.String(), "lladdr", "02:78:00:00:02:01", "dev", bridge, "nud", "permanent")
+	wctx, done := context.WithTimeout(context.Background(), 2*time.Second)
+	defer done()
+	s, err := w.wait(wctx, func() (wireSeen, bool) { return w.firstNeighbour(since, nil) })
+	if err != nil || s.MAC.String() != "02:78:00:00:02:01" {
+		t.Errorf("the other host's neighbour entry for %s: %v %v, want 02:78:00:00:02:01", vip, s.MAC, err)
+	}
 }
 
 // watchSeesMoves announces vip via one MAC and moves it to another while
