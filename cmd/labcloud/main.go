@@ -457,7 +457,7 @@ func benchCmd(dir *string) *cobra.Command {
 seconds from the trigger by the host's clock:
   - the libvirt event, seen on the bench's own connection;
   - the first gratuitous ARP naming another node's MAC, seen on the bridge;
-  - the host's neighbour entry for the VIP moved, seen through netlink;
+  - the neighbour entry for the VIP moved on the answering host, seen through netlink;
   - the first HTTP answer to a client that opens a new connection every 100 ms;
   - the node back Ready and eligible after it is restarted.
 Each run starts with every node eligible. Also a new Service's first answer
