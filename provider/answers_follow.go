@@ -99,6 +99,17 @@ func (l *loadBalancer) follow(ctx context.Context, services coreinformers.Servic
 		}
 		log := klog.FromContext(ctx).WithValues("bridge", l.bridge)
 		log.Info("Not leading: answering for the VIPs of nodes on this host, as the Services' conditions say")
+		// The routes that spread a VIP over nodes are the leader's to
+		// keep, in its own host's kernel; any here are an earlier
+		// leader's, and would send this host's traffic to nodes that are
+		// gone. Without them the host reaches each VIP through its answer.
+		if r := l.place.vipRoutes; r != nil {
+			if n, err := r.ReconcilePaths(nil); err != nil {
+				log.Error(err, "Cannot remove the routes to VIPs an earlier leader left on this host")
+			} else if n > 0 {
+				log.Info("Removed the routes to VIPs an earlier leader left on this host", "routes", n)
+			}
+		}
 		for {
 			all, err := lister.List(labels.Everything())
 			if err == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/netroutes"
 )
 
 // hostOfZone is the fake hypervisor's domains in one zone: one host's
@@ -63,8 +65,9 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 	f.start()
 
 	// The second host's replica: its own announcer, following.
+	leftover := &recordedPaths{}
 	follower, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: []lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/27"}}}},
-		[]Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), nil, nil)
+		[]Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), leftover, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +103,12 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 	if onA == 0 || onB == 0 || onA+onB != services {
 		t.Fatalf("placed %d VIPs on node-a and %d on node-b, want %d over both", onA, onB, services)
 	}
+	// The routes to VIPs an earlier leader left on the follower's host go.
+	f.waitFor("the follower removing its host's routes to VIPs", func() bool {
+		leftover.mu.Lock()
+		defer leftover.mu.Unlock()
+		return len(leftover.calls) == 1 && leftover.calls[0] == "reconcile 0"
+	})
 	f.waitFor("each host answering its own node's VIPs", func() bool {
 		a, b := owns(f.ann), owns(other)
 		return a["node-a"] == onA && len(a) == 1 && b["node-b"] == onB && len(b) == 1
@@ -192,4 +201,24 @@ func TestNewLeaderKeepsOtherHostsAnswers(t *testing.T) {
 	if err := s.remove(vip); err != nil || len(s.answering()) != 0 {
 		t.Errorf("after remove: %v, answers %v", err, s.answering())
 	}
+}
+
+// recordedPaths records what is asked of the host's routes to VIPs.
+type recordedPaths struct {
+	mu    sync.Mutex
+	calls []string // "reconcile N" / "update N": N routes desired
+}
+
+func (r *recordedPaths) Subnets() ([]netip.Prefix, error) { return nil, nil }
+func (r *recordedPaths) ReconcilePaths(p []netroutes.Paths) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf("reconcile %d", len(p)))
+	return 0, nil
+}
+func (r *recordedPaths) UpdatePaths(p []netroutes.Paths) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf("update %d", len(p)))
+	return 0, nil
 }
