@@ -154,6 +154,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if len(flags.ClusterCIDRs) == 0 {
 			klog.FromContext(ctx).Info("routes.bridge is set but --cluster-cidr is not: every CreateRoute will be refused", "bridge", cfg.Routes.Bridge)
 		}
+		c.routes.otherHost = cfg.onOtherHost()
 		if len(cfg.hypervisorHosts()) > 1 && flags.Client != nil {
 			replica = replicaInformers(flags.Client)
 			if c.routeFollower, err = c.routes.follow(ctx, replica.Core().V1().Nodes()); err != nil {

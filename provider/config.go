@@ -386,6 +386,21 @@ func (c *Config) onThisHost() func(*v1.Node) bool {
 	return func(n *v1.Node) bool { return here[n.Labels[v1.LabelTopologyZone]] }
 }
 
+// onOtherHost says whether a Node runs on another host than this CCM's:
+// its zone's hypervisor is on another host. nil with hypervisors on one
+// host; a Node whose zone names no hypervisor (not yet initialized) is on
+// none.
+func (c *Config) onOtherHost() func(*v1.Node) bool {
+	here := c.zonesHere()
+	if here == nil {
+		return nil
+	}
+	return func(n *v1.Node) bool {
+		mine, known := here[n.Labels[v1.LabelTopologyZone]]
+		return known && !mine
+	}
+}
+
 // zonesHere says which hypervisors' zones are on this CCM's host; nil
 // with hypervisors on one host (or none named), where all are.
 func (c *Config) zonesHere() map[string]bool {

@@ -74,6 +74,11 @@ type routes struct {
 	bridge  string
 	table   routeTable
 	cluster []netip.Prefix // --cluster-cidr: pod CIDRs must lie inside
+	// otherHost says whether a Node runs on another hypervisor host; nil
+	// with hypervisors on one host. Such a Node with no address on this
+	// bridge (hosts on separate segments) is routed by its own host's
+	// replica, and for the LAN by BGP: this host writes nothing for it.
+	otherHost func(*v1.Node) bool
 
 	// Set by start.
 	nodes    corelisters.NodeLister
@@ -137,6 +142,13 @@ func (r *routes) ListRoutes(ctx context.Context, _ string) ([]*cloudprovider.Rou
 		}
 	}
 	listed, stray := cloudRoutes(owned, nodes, podCIDRRules{cluster: r.cluster, connected: connected})
+	if r.otherHost != nil {
+		subnets, err := r.table.Subnets()
+		if err != nil {
+			return nil, fmt.Errorf("list routes on bridge %s: %w", r.bridge, err)
+		}
+		listed = append(listed, routedElsewhere(nodes, subnets, r.otherHost, podCIDRRules{cluster: r.cluster, connected: connected})...)
+	}
 	logger := klog.FromContext(ctx)
 	for _, s := range stray {
 		// Logged, not returned: an error would stop every other route's reconcile.
@@ -171,6 +183,10 @@ func (r *routes) CreateRoute(ctx context.Context, _ string, nameHint string, rou
 		return fmt.Errorf("route for node %s: %w", name, err)
 	}
 	cached := nodeNamed(nodes, name)
+	if cached != nil && r.otherHost != nil && r.otherHost(cached) && !onSubnets(cached, subnets) {
+		logger.V(2).Info("Route left to the Node's own host: it has no address on this bridge")
+		return nil
+	}
 	want, problem := planRoute(routeFacts{subnets: subnets, rules: podCIDRRules{cluster: r.cluster, connected: connected}, nodes: nodes}, route)
 	if problem != nil {
 		err := fmt.Errorf("%w on bridge %s for %s", errNoRoute, r.bridge, problem)
@@ -270,6 +286,38 @@ func planRoute(f routeFacts, route *cloudprovider.Route) (netroutes.Route, *netr
 		return netroutes.Route{}, &netroutes.Problem{Node: name, PodCIDR: dst, Reason: "no route could be derived"}
 	}
 	return want[0], nil
+}
+
+// routedElsewhere are the routes ListRoutes reports for Nodes on other
+// hosts with no address on this bridge's subnets: each pod CIDR the rules
+// allow, routed on the Node's own host (a name that is no "<dst> via <gw>",
+// so DeleteRoute removes nothing here for it).
+func routedElsewhere(nodes []*v1.Node, subnets []netip.Prefix, otherHost func(*v1.Node) bool, rules podCIDRRules) []*cloudprovider.Route {
+	owners := podCIDROwners(nodes)
+	var out []*cloudprovider.Route
+	for _, n := range nodes {
+		if !otherHost(n) || onSubnets(n, subnets) {
+			continue
+		}
+		for _, cidr := range podCIDRsOf(n) {
+			if rules.refusal(cidr, n.Name, owners[cidr]) == "" {
+				out = append(out, &cloudprovider.Route{Name: cidr.String() + " on the host of " + n.Name, TargetNode: types.NodeName(n.Name), DestinationCIDR: cidr.String()})
+			}
+		}
+	}
+	return out
+}
+
+// onSubnets says whether one of n's InternalIPs lies on one of subnets.
+func onSubnets(n *v1.Node, subnets []netip.Prefix) bool {
+	for _, a := range internalIPs(n.Status.Addresses) {
+		for _, p := range subnets {
+			if p.Contains(a) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // strayRoute is an owned route that ListRoutes removes itself.

@@ -746,3 +746,42 @@ func TestRoutesAgainstTheKernel(t *testing.T) {
 		t.Errorf("the foreign route was touched: %q", out)
 	}
 }
+
+// Hosts on separate segments: a Node on another host with no address on
+// this bridge is routed on its own host (and for the LAN over BGP). The
+// route controller is told its route is in place, so it does not mark the
+// Node's network unavailable; this host writes nothing for it. A Node on
+// this host without an address on the bridge is still refused.
+func TestRoutesLeaveOtherHostsNodesToThem(t *testing.T) {
+	table := newFakeTable()
+	remote := rtNode("remote", []string{"10.244.5.0/24"}, "10.77.5.10")
+	remote.Labels = map[string]string{v1.LabelTopologyZone: "z2"}
+	local := rtNode("local-off-bridge", []string{"10.244.6.0/24"}, "10.77.6.10")
+	local.Labels = map[string]string{v1.LabelTopologyZone: "z1"}
+	cfg := Config{Host: "kvm1", Hypervisors: []HypervisorConfig{{URI: "qemu:///system", Zone: "z1", Host: "kvm1"}, {URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"}}}
+	r := &routes{bridge: "br-test", table: table, cluster: rtCluster, otherHost: cfg.onOtherHost()}
+	startRoutes(t, r, remote, local)
+	ctx := context.Background()
+	if err := r.CreateRoute(ctx, "kubernetes", string(remote.UID), &cloudprovider.Route{TargetNode: "remote", DestinationCIDR: "10.244.5.0/24"}); err != nil {
+		t.Errorf("CreateRoute for another host's Node: %v, want nil", err)
+	}
+	if table.writes != 0 {
+		t.Errorf("%d route writes for another host's Node", table.writes)
+	}
+	if err := r.CreateRoute(ctx, "kubernetes", string(local.UID), &cloudprovider.Route{TargetNode: "local-off-bridge", DestinationCIDR: "10.244.6.0/24"}); !errors.Is(err, errNoRoute) {
+		t.Errorf("CreateRoute for this host's Node off the bridge: %v, want errNoRoute", err)
+	}
+	listed, err := r.ListRoutes(ctx, "kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0].TargetNode != "remote" || listed[0].DestinationCIDR != "10.244.5.0/24" || listed[0].Blackhole {
+		t.Fatalf("ListRoutes = %+v, want the remote Node's pod CIDR only", listed)
+	}
+	if err := r.DeleteRoute(ctx, "kubernetes", listed[0]); err != nil || table.writes != 0 {
+		t.Errorf("DeleteRoute of the remote Node's route: %v, %d writes; want nothing done here", err, table.writes)
+	}
+	if (&Config{Host: "kvm1", Hypervisors: cfg.Hypervisors[:1]}).onOtherHost() != nil {
+		t.Error("with one host every Node is this host's")
+	}
+}
