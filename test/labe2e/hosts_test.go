@@ -236,6 +236,57 @@ spec:
 	}
 	resume()
 
+	// A VIP that moves from the first host's node to the second's is
+	// answered by the second host's replica once it reads the Service's
+	// condition: the client's ARP answer names the second node's MAC.
+	movingVIP, from := "", ""
+	for _, s := range l.status().Services {
+		if hostOf[s.Node] == hosts[0].Name && !strings.Contains(s.VIP, ":") {
+			movingVIP, from = s.VIP, s.Node
+			break
+		}
+	}
+	if movingVIP == "" {
+		t.Fatalf("no IPv4 VIP placed on %s's node", hosts[0].Name)
+	}
+	was := client.waitARP(t, movingVIP, 30*time.Second)
+	destroyed := time.Now()
+	if err := lab.NodeAction(st, from, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	var movedAfter time.Duration
+	eventually(t, movingVIP+" answered for the second host's node", 30*time.Second, 10*time.Millisecond, func() string {
+		mac, err := client.arp(movingVIP, 200*time.Millisecond)
+		if err != nil || mac.String() == was.String() {
+			return fmt.Sprintf("ARP answer %v %v", mac, err)
+		}
+		movedAfter = time.Since(destroyed)
+		return ""
+	})
+	eventually(t, "status naming the second host's node for "+movingVIP, 30*time.Second, 250*time.Millisecond, func() string {
+		for _, s := range l.status().Services {
+			if s.VIP == movingVIP && hostOf[s.Node] != hosts[1].Name {
+				return fmt.Sprintf("answered by %q", s.Node)
+			}
+		}
+		return ""
+	})
+	t.Logf("VIP %s moved off %s: a new MAC answered ARP %s after virDomainDestroy was called (libvirt's destroy path included)", movingVIP, from, movedAfter.Round(time.Millisecond))
+	if err := lab.NodeAction(st, from, "start"); err != nil {
+		t.Fatal(err)
+	}
+	// Back, its kubelet reports again, and the web pods are ready.
+	eventually(t, from+" reporting Ready again", 4*time.Minute, time.Second, func() string {
+		out := l.mustKubectl("get", "node", from, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}`)
+		status, beat, _ := strings.Cut(out, " ")
+		at, err := time.Parse(time.RFC3339, beat)
+		if status != "True" || err != nil || !at.After(destroyed) {
+			return "Ready " + out
+		}
+		return ""
+	})
+	l.mustKubectl("wait", "--for=condition=Ready", "pod", "-l", "app=web", "--timeout=100s")
+
 	killed := time.Now()
 	if err := lab.LoseHost(st, lost.Name); err != nil {
 		t.Fatal(err)
