@@ -31,7 +31,8 @@ type prober func(ctx context.Context, ip netip.Addr) (owner net.HardwareAddr, ta
 // (watch, every pass); the probe loop owns the verdicts.
 type liveness struct {
 	probe   prober
-	changed func() // a verdict changed: placement must pass again
+	changed func()        // a verdict changed: placement must pass again
+	wake    chan struct{} // capacity 1: a guest is watched; the loop was idle
 
 	mu      sync.Mutex
 	watched map[netip.Addr]*guestLiveness
@@ -44,7 +45,7 @@ type guestLiveness struct {
 }
 
 func newLiveness(probe prober, changed func()) *liveness {
-	return &liveness{probe: probe, changed: changed, watched: map[netip.Addr]*guestLiveness{}}
+	return &liveness{probe: probe, changed: changed, wake: make(chan struct{}, 1), watched: map[netip.Addr]*guestLiveness{}}
 }
 
 // watch makes targets (address → the guest's MAC) the guests probed from
@@ -62,6 +63,19 @@ func (l *liveness) watch(targets map[netip.Addr]net.HardwareAddr) {
 			l.watched[ip] = &guestLiveness{mac: mac}
 		}
 	}
+	if len(l.watched) > 0 {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watching says whether some guest is watched.
+func (l *liveness) watching() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.watched) > 0
 }
 
 // lost says whether the guest at ip is watched and has missed
@@ -73,17 +87,29 @@ func (l *liveness) lost(ip netip.Addr) bool {
 	return ok && g.misses >= lostAfterMisses
 }
 
-// run probes every watched guest each round until ctx ends.
+// run probes every watched guest each round until ctx ends; with none
+// watched (every hypervisor answers) it sleeps until one is.
 func (l *liveness) run(ctx context.Context) {
-	t := time.NewTicker(livenessRound)
-	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if !l.watching() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.wake:
+			}
+			continue
 		}
-		l.round(ctx)
+		t := time.NewTicker(livenessRound)
+		for l.watching() {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			l.round(ctx)
+		}
+		t.Stop()
 	}
 }
 

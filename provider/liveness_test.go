@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -110,5 +111,49 @@ func TestProbeAddress(t *testing.T) {
 		if (tc.want == "") == ok || ok && got.String() != tc.want {
 			t.Errorf("probeAddress(%v) = %v %v, want %q", tc.node.Status.Addresses, got, ok, tc.want)
 		}
+	}
+}
+
+// The probe loop probes while a guest is watched, from the moment
+// placement watches one (it sleeps before), and stops when none is.
+func TestLivenessProbesWhileWatched(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		probes int
+	)
+	probed := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return probes
+	}
+	l := newLiveness(func(context.Context, netip.Addr) (net.HardwareAddr, bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		probes++
+		return nil, false, nil
+	}, func() {})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(5 * livenessRound)
+	if n := probed(); n != 0 {
+		t.Fatalf("%d probes with no guest watched", n)
+	}
+	l.watch(map[netip.Addr]net.HardwareAddr{netip.MustParseAddr("10.0.0.1"): testMAC("a")})
+	deadline := time.Now().Add(10 * time.Second)
+	for probed() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes 10 s after a guest was watched, want rounds every %s", probed(), livenessRound)
+		}
+		time.Sleep(livenessRound / 2)
+	}
+	l.watch(nil)
+	time.Sleep(2 * livenessRound) // a round in flight ends
+	before := probed()
+	time.Sleep(5 * livenessRound)
+	if n := probed(); n != before {
+		t.Errorf("%d probes after the last guest was unwatched, want none", n-before)
 	}
 }
