@@ -27,14 +27,17 @@ import (
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/lan"
+	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/provider"
 )
 
 // labCloudConfig is the cloud config of host self's CCM replica in the
 // full lab: every host's libvirtd (its zone and bridge), the lab's
 // network, routes and load balancers on self's bridge, with a VIP pool in
-// the bridge's subnet of each of the cluster's families, and BGP to the
-// LAN router when it runs.
+// the bridge's subnet of each of the cluster's families (in a routed lab,
+// one routed to the nodes over BGP), and BGP to the LAN router when it
+// runs.
 func labCloudConfig(f IPFamily, router bool, hosts []Host, self Host) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
@@ -46,6 +49,9 @@ func labCloudConfig(f IPFamily, router bool, hosts []Host, self Host) provider.C
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
 	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: f.addressing().pools, RoutedTraffic: provider.RoutedSpread}
+	if self.Uplink != "" { // routed: the VIPs are on no host's segment
+		cfg.LoadBalancer.Pools = []lb.PoolConfig{{Name: "lab", Addresses: []string{lan.VIPPool}}}
+	}
 	if router {
 		cfg.BGP = labBGP(self)
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"libvirt.org/go/libvirt"
 
 	"github.com/labcloud/labcloud/lab/host"
+	"github.com/labcloud/labcloud/lab/lan"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
 
@@ -32,7 +34,11 @@ type Host struct {
 	// subnets (the IPv6 one used when the lab's family has IPv6).
 	Address  string `json:"address"`
 	Address6 string `json:"address6,omitempty"`
-	URI      string `json:"uri"` // its libvirtd, from any namespace
+	// Uplink is its address on the LAN in a routed lab (up --routed),
+	// where its bridge is a subnet of its own; empty: the bridge is on
+	// the LAN.
+	Uplink string `json:"uplink,omitempty"`
+	URI    string `json:"uri"` // its libvirtd, from any namespace
 	// Pids are the daemons of a host other than the first (its libvirtd
 	// under tini, the CCM replica); the first's are in State.Pids.
 	Pids map[string]int `json:"pids,omitempty"`
@@ -64,6 +70,20 @@ func labHosts(stateDir string, n int) []Host {
 	return out
 }
 
+// routeHosts gives the hosts of a routed lab their addresses: host K's
+// bridge on a subnet of its own (lan.Subnet), an uplink on the LAN.
+func routeHosts(hosts []Host) {
+	for i := range hosts {
+		h := &hosts[i]
+		h.Uplink = lan.Uplink(h.Index)
+		h.Address = lan.Subnet(h.Index, subnet) + ".1"
+	}
+}
+
+// lanAddress is where the router reaches h: its uplink in a routed lab,
+// else its bridge on the LAN.
+func (h Host) lanAddress() string { return cmp.Or(h.Uplink, h.Address) }
+
 // private is the libvirtd of a host other than the first: its directories
 // under /run (short, for the socket's path), one set per state directory.
 func (h Host) private(stateDir string) libvirtd.Private {
@@ -84,17 +104,21 @@ func (s *State) LabHosts() []Host {
 // hostOfGuest is the host guest i (1-based) runs on: round robin.
 func hostOfGuest(i, hosts int) int { return (i-1)%hosts + 1 }
 
-// guestIPv4 is guest i's pinned IPv4 address when hosts share the LAN:
-// each host's network leases to its own guests only.
-func guestIPv4(i int) string { return fmt.Sprintf("%s.%d", subnet, dhcpFirst-1+i) }
+// guestIPv4 is guest i's pinned IPv4 address on its host's subnet (of the
+// prefix given): each host's network leases to its own guests only.
+func guestIPv4(prefix string, i int) string { return fmt.Sprintf("%s.%d", prefix, dhcpFirst-1+i) }
 
 // hostNetwork is host h's libvirt network in a lab of several hosts of
 // family f: the lab's network with h's bridge addresses, leasing only to
 // h's guests, with the LAN router as their gateway of each family (it
 // learns every pod CIDR over BGP; for IPv6 it advertises itself, and h's
-// advertisements carry the prefix only).
+// advertisements carry the prefix only). In a routed lab it is h's own
+// subnet, and h is its guests' gateway.
 func hostNetwork(h Host, hosts int, f IPFamily) libvirtd.Network {
 	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr}
+	if h.Uplink != "" {
+		n.IPv4Prefix, n.Address, n.Router = lan.Subnet(h.Index, subnet), 1, ""
+	}
 	if f.HasIPv6() {
 		n.IPv6 = &libvirtd.IPv6Net{Address: h.Address6, Prefix: 64, NotDefaultRouter: true}
 	}
@@ -102,7 +126,7 @@ func hostNetwork(h Host, hosts int, f IPFamily) libvirtd.Network {
 		if hostOfGuest(i, hosts) != h.Index {
 			continue
 		}
-		n.Hosts4 = append(n.Hosts4, libvirtd.IPv4Host{MAC: nodeMAC(i), IP: guestIPv4(i)})
+		n.Hosts4 = append(n.Hosts4, libvirtd.IPv4Host{MAC: nodeMAC(i), IP: guestIPv4(n.IPv4Prefix, i)})
 		if n.IPv6 != nil {
 			n.IPv6.Hosts = append(n.IPv6.Hosts, libvirtd.IPv6Host{DUID: nodeDUID(i), IP: nodeIPv6(i)})
 		}

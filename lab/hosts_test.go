@@ -70,7 +70,7 @@ func TestHostNetworks(t *testing.T) {
 		for _, s := range ip.DHCP.Hosts {
 			leased[s.MAC]++
 			for g := 1; g <= MaxNodes; g++ {
-				if nodeMAC(g) == s.MAC && (hostOfGuest(g, 2) != h.Index || guestIPv4(g) != s.IP) {
+				if nodeMAC(g) == s.MAC && (hostOfGuest(g, 2) != h.Index || guestIPv4(subnet, g) != s.IP) {
 					t.Errorf("%s leases %s to guest %d of host %d", h.Name, s.IP, g, hostOfGuest(g, 2))
 				}
 			}
@@ -96,13 +96,47 @@ func TestHostNetworks(t *testing.T) {
 // The router peers with every host's replica, each on its bridge's address.
 func TestRouterPeersWithEveryHost(t *testing.T) {
 	hosts := labHosts("/var/lib/labcloud/lab", 3)
-	cfg := routerConfig(hosts)
+	cfg := routerConfig(hosts, false)
 	if len(cfg.Neighbors) != 3 {
 		t.Fatalf("%d neighbours, want 3", len(cfg.Neighbors))
 	}
 	for i, n := range cfg.Neighbors {
-		if n.Address.String() != hosts[i].Address || !n.BFD || n.ASN != ccmASN {
+		if n.Address.String() != hosts[i].Address || !n.BFD || n.ASN != ccmASN || n.NextHopsAnywhere {
 			t.Errorf("neighbour %d: %+v, want %s AS %d with BFD", i, n, hosts[i].Address, ccmASN)
 		}
+	}
+}
+
+// A routed lab: each host on a subnet of its own, its own guests' gateway,
+// peering from its uplink; the router takes next hops on the hosts'
+// subnets; each replica announces its VIPs, from a pool on no subnet.
+func TestRoutedHosts(t *testing.T) {
+	hosts := labHosts("/var/lib/labcloud/lab", 2)
+	routeHosts(hosts)
+	if hosts[0].Address != Gateway || hosts[1].Address != "10.123.2.1" || hosts[1].Uplink != "10.123.250.2" {
+		t.Fatalf("routed hosts %+v", hosts)
+	}
+	x, err := hostNetwork(hosts[1], 2, IPv4).XML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n libvirtxml.Network
+	if err := n.Unmarshal(x); err != nil {
+		t.Fatal(err)
+	}
+	if n.IPs[0].Address != "10.123.2.1" || n.DnsmasqOptions != nil || len(n.IPs[0].DHCP.Hosts) == 0 || n.IPs[0].DHCP.Hosts[0].IP != "10.123.2.101" {
+		t.Errorf("host 2's network, want 10.123.2.1 as its guests' gateway, guest 2 at 10.123.2.101:\n%s", x)
+	}
+	for i, nb := range routerConfig(hosts, true).Neighbors {
+		if nb.Address.String() != hosts[i].Uplink || !nb.NextHopsAnywhere {
+			t.Errorf("neighbour %d: %+v, want %s, next hops off the LAN accepted", i, nb, hosts[i].Uplink)
+		}
+	}
+	cfg := labCloudConfig(IPv4, true, hosts, hosts[1])
+	if !cfg.BGP.AnnounceVIPs || cfg.BGP.RouterID != hosts[1].Uplink || cfg.BGP.Peers[0].Address != "10.123.250.254" {
+		t.Errorf("host 2's BGP %+v, want VIPs announced from its uplink to the router", cfg.BGP)
+	}
+	if len(cfg.LoadBalancer.Pools) != 1 || !strings.HasPrefix(cfg.LoadBalancer.Pools[0].Addresses[0], "10.123.240.") {
+		t.Errorf("routed pools %+v, want one off every host's subnet", cfg.LoadBalancer.Pools)
 	}
 }

@@ -67,6 +67,8 @@ type State struct {
 	IPFamily IPFamily `json:"ipFamily,omitempty"`
 	// Router says the LAN router (FRR) runs and the CCM peers with it.
 	Router bool `json:"router,omitempty"`
+	// Routed says each host is on a segment of its own (up --routed).
+	Routed bool `json:"routed,omitempty"`
 	// Hosts are the lab's hypervisor hosts (up --hosts), the first the
 	// lab's own namespace; see LabHosts.
 	Hosts   []Host    `json:"hosts,omitempty"`

@@ -40,6 +40,9 @@ type Options struct {
 	// Hosts is the number of hypervisor hosts the guests spread over (0
 	// means 1); see Host.
 	Hosts int
+	// Routed puts each host on a segment of its own, routed by the router
+	// (lab/lan), instead of one LAN segment for all.
+	Routed bool
 	// IPFamily is the cluster's: ipv4 (also when empty), ipv6 or dual
 	// (full lab only; see IPFamily).
 	IPFamily IPFamily
@@ -89,6 +92,10 @@ func (o Options) Validate() error {
 		bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d guests (one DHCP lease each from %s.%d-%d); --light simulates up to %d", MaxNodes, subnet, dhcpFirst, dhcpLast, MaxLightNodes))
 	}
 	switch {
+	case o.Routed && o.Hosts < 2:
+		bad("--routed", true, "needs --hosts 2 or more: it routes between hosts")
+	case o.Routed && o.IPFamily.orIPv4() != IPv4:
+		bad("--routed", true, fmt.Sprintf("with --ip-family %s: a routed lab is IPv4 only", o.IPFamily))
 	case o.Hosts < 0 || o.Hosts > MaxHosts:
 		bad("--hosts", o.Hosts, fmt.Sprintf("want 1..%d", MaxHosts))
 	case o.Hosts <= 1:

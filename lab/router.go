@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/labcloud/labcloud/internal/frr"
+	"github.com/labcloud/labcloud/lab/lan"
 	"github.com/labcloud/labcloud/provider"
 )
 
@@ -61,7 +62,7 @@ func (u *upRun) startRouter(ctx context.Context) error {
 		fmt.Fprintf(u.opts.Out, "           no LAN router: %v\n", err)
 		return nil
 	}
-	addrs := []string{RouterAddr + "/24"}
+	addrs := []string{u.st.routerAddress() + "/24"}
 	if u.st.IPFamily.HasIPv6() {
 		addrs = append(addrs, RouterAddr6+"/64")
 	}
@@ -72,14 +73,26 @@ func (u *upRun) startRouter(ctx context.Context) error {
 		cmds = append(cmds, []string{"-n", RouterNetns, "addr", "add", a, "dev", lanBridge, "nodad"})
 	}
 	cmds = append(cmds, []string{"-n", RouterNetns, "link", "set", lanBridge, "up"})
+	var inHosts [][]string // command lines, each run in its host's namespace
 	for _, h := range u.st.Hosts {
 		port := fmt.Sprintf("host%d", h.Index)
 		cmds = append(cmds,
 			[]string{"-n", h.Netns, "link", "add", HostUplink, "type", "veth", "peer", "name", port, "netns", RouterNetns},
-			[]string{"-n", h.Netns, "link", "set", HostUplink, "master", Bridge, "up"},
 			[]string{"-n", RouterNetns, "link", "set", port, "master", lanBridge, "up"})
+		if !u.st.Routed {
+			cmds = append(cmds, []string{"-n", h.Netns, "link", "set", HostUplink, "master", Bridge, "up"})
+			continue
+		}
+		for _, c := range lan.HostCommands(h.Index, HostUplink, Bridge, ClusterCIDR) {
+			inHosts = append(inHosts, append([]string{"netns", "exec", h.Netns}, c...))
+		}
 	}
-	for _, args := range cmds {
+	if u.st.Routed {
+		for _, r := range lan.RouterRoutes(len(u.st.Hosts), subnet) {
+			inHosts = append(inHosts, append([]string{"-n", RouterNetns}, r...))
+		}
+	}
+	for _, args := range append(cmds, inHosts...) {
 		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 		}
@@ -92,7 +105,7 @@ func (u *upRun) startRouter(ctx context.Context) error {
 	if err := os.MkdirAll(routerRunDir, 0o755); err != nil {
 		return err
 	}
-	cfg := routerConfig(u.st.Hosts)
+	cfg := routerConfig(u.st.Hosts, u.st.Routed)
 	if len(u.st.Hosts) > 1 && u.st.IPFamily.HasIPv6() {
 		cfg.AdvertiseOn = []string{lanBridge} // the hosts' advertisements say they are no router
 	}
@@ -100,18 +113,28 @@ func (u *upRun) startRouter(ctx context.Context) error {
 		return err
 	}
 	u.st.Router = true
-	fmt.Fprintf(u.opts.Out, "           FRR at %s (AS %d) in namespace %s; the CCM peers as AS %d\n", RouterAddr, routerASN, RouterNetns, ccmASN)
+	fmt.Fprintf(u.opts.Out, "           FRR at %s (AS %d) in namespace %s; the CCM peers as AS %d\n", u.st.routerAddress(), routerASN, RouterNetns, ccmASN)
 	return nil
 }
 
 // routerConfig is the router's side: each host's CCM replica (on its
-// bridge's address) a neighbour, with BFD.
-func routerConfig(hosts []Host) frr.Config {
+// address on the LAN) a neighbour, with BFD. In a routed lab the nodes the
+// replicas name as next hops are on the hosts' subnets, reached through
+// the static routes to them.
+func routerConfig(hosts []Host, routed bool) frr.Config {
 	cfg := frr.Config{ASN: routerASN, RouterID: netip.MustParseAddr(RouterAddr)}
 	for _, h := range hosts {
-		cfg.Neighbors = append(cfg.Neighbors, frr.Neighbor{Address: netip.MustParseAddr(h.Address), ASN: ccmASN, BFD: true})
+		cfg.Neighbors = append(cfg.Neighbors, frr.Neighbor{Address: netip.MustParseAddr(h.lanAddress()), ASN: ccmASN, BFD: true, NextHopsAnywhere: routed})
 	}
 	return cfg
+}
+
+// routerAddress is the router's address on the LAN.
+func (s *State) routerAddress() string {
+	if s.Routed {
+		return lan.RouterAddr
+	}
+	return RouterAddr
 }
 
 // waitBGPSessions waits, in a lab of several hosts, until every host's
@@ -126,8 +149,8 @@ func (u *upRun) waitBGPSessions(ctx context.Context) error {
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, bgpSessionBound, true, func(ctx context.Context) (bool, error) {
 		missing = nil
 		for _, h := range u.st.Hosts {
-			if s, err := r.NeighborState(ctx, netip.MustParseAddr(h.Address)); err != nil || s != "Established" {
-				missing = append(missing, fmt.Sprintf("%s (%s): %s", h.Name, h.Address, sessionState(s, err)))
+			if s, err := r.NeighborState(ctx, netip.MustParseAddr(h.lanAddress())); err != nil || s != "Established" {
+				missing = append(missing, fmt.Sprintf("%s (%s): %s", h.Name, h.lanAddress(), sessionState(s, err)))
 			}
 		}
 		return len(missing) == 0, nil
@@ -149,12 +172,17 @@ func sessionState(s string, err error) string {
 	return s
 }
 
-// labBGP is the CCM's side, in the cloud config of host h's replica.
+// labBGP is the CCM's side, in the cloud config of host h's replica: in
+// a routed lab it also announces the VIPs of its host's nodes.
 func labBGP(h Host) provider.BGPConfig {
 	cfg := provider.DefaultConfig().BGP
 	cfg.ASN = ccmASN
-	cfg.RouterID = h.Address
-	cfg.Peers = []provider.BGPPeerConfig{{Address: RouterAddr, ASN: routerASN, BFD: true}}
+	cfg.RouterID = h.lanAddress()
+	router := RouterAddr
+	if h.Uplink != "" {
+		router, cfg.AnnounceVIPs = lan.RouterAddr, true
+	}
+	cfg.Peers = []provider.BGPPeerConfig{{Address: router, ASN: routerASN, BFD: true}}
 	return cfg
 }
 

@@ -110,7 +110,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	routes, _ := ownedRoutes()
+	routes, _ := host.PodCIDRRoutes("", Bridge)
 	domains := map[string]host.Domain{}
 	for _, h := range st.LabHosts() {
 		if !h.Lost { // a lost host's libvirtd is frozen: it would never answer
@@ -121,10 +121,10 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 	var rib map[netip.Prefix]frr.Route
 	if st.Router {
 		r := frr.Open(routerDir(st.Dir))
-		out.Router = &RouterStatus{Address: RouterAddr, Session: "unknown"}
+		out.Router = &RouterStatus{Address: st.routerAddress(), Session: "unknown"}
 		hosts := st.LabHosts()
 		for _, h := range hosts {
-			s, err := r.NeighborState(ctx, netip.MustParseAddr(h.Address))
+			s, err := r.NeighborState(ctx, netip.MustParseAddr(h.lanAddress()))
 			if err != nil {
 				s = "unknown"
 			}
@@ -297,19 +297,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// ownedRoutes are the CCM's routes on the bridge: pod CIDR → gateway.
-func ownedRoutes() (map[string]string, error) {
-	routes, err := host.Routes(Bridge, netroutes.DefaultProtocol)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, r := range routes {
-		out[r.Dst.String()] = r.Gateway.String()
-	}
-	return out, nil
 }
 
 // vipRoutes are the CCM's spread routes on the bridge: VIP → the nodes

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
 	"github.com/labcloud/labcloud/lab/guest"
+	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lab/image"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
@@ -64,6 +66,10 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 		return nil, err
 	}
 	u.st.Hosts = labHosts(opts.Dir, opts.Hosts)
+	if opts.Routed {
+		u.st.Routed = true
+		routeHosts(u.st.Hosts)
+	}
 	if err := u.run(u.fullSteps(ctx)); err != nil {
 		return u.st, err
 	}
@@ -484,9 +490,18 @@ func labTimeoutError(timeout time.Duration, last labProgress, lastErr error) err
 // labReady judges the lab's nodes from the API server's Nodes and the
 // CCM's routes on the bridge.
 func labReady(ctx context.Context, client kubernetes.Interface, st *State) (labProgress, error) {
-	routes, err := ownedRoutes()
+	routes, err := host.PodCIDRRoutes("", Bridge)
 	if err != nil {
 		return nil, fmt.Errorf("routes on %s: %w", Bridge, err)
+	}
+	if st.Routed { // each host routes its own nodes' pod CIDRs
+		for _, h := range st.LabHosts()[1:] {
+			theirs, err := host.PodCIDRRoutes(h.Netns, Bridge)
+			if err != nil {
+				return nil, fmt.Errorf("routes on %s's %s: %w", h.Name, Bridge, err)
+			}
+			maps.Copy(routes, theirs)
+		}
 	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -50,6 +50,10 @@ type Neighbor struct {
 	BFD bool
 	// Password for TCP MD5 signatures.
 	Password string
+	// NextHopsAnywhere accepts routes whose next hop is not on a network
+	// connected to the router (resolved through its other routes), from a
+	// directly connected external peer.
+	NextHopsAnywhere bool
 }
 
 // Config is the router's BGP configuration.
@@ -76,6 +80,9 @@ func (c Config) Files() map[string]string {
 		}
 		if n.Password != "" {
 			fmt.Fprintf(&b, " neighbor %s password %s\n", n.Address, n.Password)
+		}
+		if n.NextHopsAnywhere {
+			fmt.Fprintf(&b, " neighbor %s disable-connected-check\n", n.Address)
 		}
 	}
 	for _, fam := range []string{"ipv4", "ipv6"} {

@@ -41,6 +41,9 @@ func Run(ctx context.Context, st *lab.State, opts Options) (Summary, error) {
 	if st.Light {
 		return Summary{}, errors.New("chaos needs a lab with guests and libvirtd, not a light one")
 	}
+	if st.Routed {
+		return Summary{}, errors.New("chaos judges VIPs by ARP on the first host's segment; a routed lab's VIPs are on none (up without --routed)")
+	}
 	client, err := lab.AdminClient(st.Kubeconfig)
 	if err != nil {
 		return Summary{}, err

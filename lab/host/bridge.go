@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/labcloud/labcloud/netroutes"
 )
@@ -16,8 +17,27 @@ import (
 // routes for netroutes.DefaultProtocol); none while the bridge does not
 // exist.
 func Routes(bridge string, protocol netlink.RouteProtocol) ([]netroutes.Route, error) {
+	return RoutesIn("", bridge, protocol)
+}
+
+// PodCIDRRoutes are the CCM's routes to pod CIDRs on bridge in the named
+// network namespace ("": this one): destination → gateway.
+func PodCIDRRoutes(netnsName, bridge string) (map[string]string, error) {
+	routes, err := RoutesIn(netnsName, bridge, netroutes.DefaultProtocol)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(routes))
+	for _, r := range routes {
+		out[r.Dst.String()] = r.Gateway.String()
+	}
+	return out, nil
+}
+
+// RoutesIn is Routes in the named network namespace ("": this one).
+func RoutesIn(netnsName, bridge string, protocol netlink.RouteProtocol) ([]netroutes.Route, error) {
 	var routes []netroutes.Route
-	err := withRoutes(bridge, protocol, func(m *netroutes.Manager) (err error) {
+	err := withRoutes(netnsName, bridge, protocol, func(m *netroutes.Manager) (err error) {
 		routes, err = m.List()
 		return err
 	})
@@ -28,7 +48,7 @@ func Routes(bridge string, protocol netlink.RouteProtocol) ([]netroutes.Route, e
 // while the bridge does not exist.
 func SpreadRoutes(bridge string) ([]netroutes.Paths, error) {
 	var paths []netroutes.Paths
-	err := withRoutes(bridge, netroutes.VIPProtocol, func(m *netroutes.Manager) (err error) {
+	err := withRoutes("", bridge, netroutes.VIPProtocol, func(m *netroutes.Manager) (err error) {
 		paths, err = m.ListPaths()
 		return err
 	})
@@ -36,9 +56,18 @@ func SpreadRoutes(bridge string) ([]netroutes.Paths, error) {
 }
 
 // withRoutes runs f with a Manager of the bridge's routes of one protocol,
-// on a netlink handle of its own.
-func withRoutes(bridge string, protocol netlink.RouteProtocol, f func(*netroutes.Manager) error) error {
+// on a netlink handle of its own in the named network namespace ("": this
+// one).
+func withRoutes(netnsName, bridge string, protocol netlink.RouteProtocol, f func(*netroutes.Manager) error) error {
 	h, err := netlink.NewHandle()
+	if netnsName != "" {
+		ns, nerr := netns.GetFromName(netnsName)
+		if nerr != nil {
+			return fmt.Errorf("network namespace %s: %w", netnsName, nerr)
+		}
+		defer ns.Close()
+		h, err = netlink.NewHandleAt(ns)
+	}
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}
