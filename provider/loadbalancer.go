@@ -190,6 +190,16 @@ func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, f
 	if err := l.place.watch(factory, l.recorder, client); err != nil {
 		return err
 	}
+	if here := l.place.here; here != nil {
+		var zones []string
+		for z, mine := range here {
+			if mine {
+				zones = append(zones, z)
+			}
+		}
+		slices.Sort(zones)
+		klog.FromContext(ctx).Info("Leading: placing every VIP, answering those of this host's nodes; each other host's replica answers its own nodes'", "zones", zones)
+	}
 	if l.defended != nil {
 		l.defended.Store(l)
 	}
