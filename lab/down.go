@@ -16,11 +16,7 @@ import (
 // network namespace and the state directory. It is safe to run when no lab
 // or only part of one is up, and to run twice.
 func Down(dir string, out io.Writer) error {
-	st, err := LoadState(dir)
-	if err != nil {
-		// Remove what can be found anyway, on every host up could make.
-		st = &State{Dir: dir, Pids: map[string]int{}, Hosts: labHosts(dir, MaxHosts)}
-	}
+	st := stateOrGuess(dir)
 	var errs []error
 	if !st.Light { // a light lab has no libvirtd: qemu:///system would be someone else's
 		stopOtherHosts(st, out)
@@ -48,6 +44,16 @@ func Down(dir string, out io.Writer) error {
 		errs = append(errs, fmt.Errorf("QEMU processes of lab guests still running: %v", leftovers))
 	}
 	return errors.Join(errs...)
+}
+
+// stateOrGuess is the lab's state in dir or, for a lab that crashed before
+// saving one, a state naming every host up could have made.
+func stateOrGuess(dir string) *State {
+	st, err := LoadState(dir)
+	if err != nil {
+		st = &State{Dir: dir, Pids: map[string]int{}, Hosts: labHosts(dir, MaxHosts)}
+	}
+	return st
 }
 
 // removeGuests destroys and undefines the lab's domains and network on

@@ -1,52 +1,34 @@
 package lab
 
 import (
-	"bytes"
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // A lab that crashed before it saved its state still leaves its other
-// hosts' namespaces, and what runs in them, to down.
-func TestDownWithoutStateRemovesOtherHosts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to make a network namespace")
-	}
+// hosts' namespaces and libvirtds to down: without a state, down covers
+// every host up could have made.
+func TestDownWithoutStateCoversEveryHost(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "lab")
-	h := labHosts(dir, MaxHosts)[MaxHosts-1]
-	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
-		for _, ns := range []string{Netns, h.Netns} {
-			if strings.Contains(string(out), ns) {
-				t.Skipf("namespace %s exists: a lab may be up, and down would remove it", ns)
-			}
+	st := stateOrGuess(dir)
+	if len(st.LabHosts()) != MaxHosts || st.Pids == nil {
+		t.Fatalf("without a state: %d hosts, pids %v; want all %d hosts", len(st.LabHosts()), st.Pids, MaxHosts)
+	}
+	for k, h := range st.LabHosts()[1:] {
+		if want := fmt.Sprintf("%s-host%d", Netns, k+2); h.Netns != want || h.private(dir).Root == "" {
+			t.Errorf("host %d: namespace %q, libvirtd root %q; want %s", k+2, h.Netns, h.private(dir).Root, want)
 		}
 	}
-	if out, err := exec.Command("ip", "netns", "add", h.Netns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", h.Netns).Run() })
-	sleeper := exec.Command("ip", "netns", "exec", h.Netns, "sleep", "300")
-	if err := sleeper.Start(); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- sleeper.Wait() }()
-	var out bytes.Buffer
-	if err := Down(dir, &out); err != nil {
-		t.Logf("down: %v", err) // the machine's own libvirt may be absent
+	saved := &State{Dir: dir, Pids: map[string]int{"etcd": 1}}
+	if err := saved.Save(); err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(15 * time.Second):
-		_ = sleeper.Process.Signal(syscall.SIGKILL)
-		t.Errorf("a process in %s still runs after down:\n%s", h.Netns, out.String())
-	}
-	if list, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(list), h.Netns) {
-		t.Errorf("namespace %s left after down:\n%s", h.Netns, out.String())
+	if st := stateOrGuess(dir); len(st.LabHosts()) != 1 || st.Pids["etcd"] != 1 {
+		t.Errorf("with a state: %d hosts, pids %v; want the saved one", len(st.LabHosts()), st.Pids)
 	}
 }
