@@ -37,100 +37,66 @@ type hostHypervisor struct {
 	bridge  string
 }
 
-// answerFollower answers, on a replica that does not lead, for the VIPs
-// that the Services' Announced conditions say nodes on this host answer,
-// until halted: the leader writes the conditions (answers_split.go).
-type answerFollower struct {
-	stop context.CancelFunc
-	done chan struct{}
-}
-
-// follow starts answering on l's announcer from the Services (the
-// replica's own informer, which the caller starts) and the domains of the
-// hypervisors on this host, until the returned follower is halted.
-func (l *loadBalancer) follow(ctx context.Context, services coreinformers.ServiceInformer, here []hostHypervisor) (*answerFollower, error) {
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	reg, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(old, cur any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	})
+// follow starts answering on l's announcer, while this replica does not
+// lead, for the VIPs that the Services' Announced conditions say nodes on
+// this host answer (the leader writes them: answers_split.go), from the
+// Services (the replica's own informer, which the caller starts) and the
+// domains of the hypervisors on this host, until the returned follower is
+// halted.
+func (l *loadBalancer) follow(ctx context.Context, services coreinformers.ServiceInformer, here []hostHypervisor) (*follower, error) {
+	changed := newKicker()
+	reg, err := onAnyChange(services.Informer(), changed.kick)
 	if err != nil {
 		return nil, err
 	}
-	ctx, stop := context.WithCancel(ctx)
-	f := &answerFollower{stop: stop, done: make(chan struct{})}
+	ctx, stopEvents := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, h := range here {
-		ch, unsubscribe := h.domains.Subscribe()
-		wg.Go(func() {
-			defer unsubscribe()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case _, ok := <-ch:
-					if !ok {
-						return
-					}
-					poke()
-				}
-			}
-		})
+		onDomainEvents(ctx, &wg, h.domains, changed.kick)
 	}
 	lister := services.Lister()
-	go func() {
-		defer close(f.done)
-		defer wg.Wait()
-		defer func() { _ = services.Informer().RemoveEventHandler(reg) }()
+	log := klog.FromContext(ctx).WithValues("bridge", l.bridge)
+	prepare := func(ctx context.Context) bool {
 		if !cache.WaitForCacheSync(ctx.Done(), services.Informer().HasSynced) {
-			return
+			return false
 		}
 		for _, h := range here {
 			if h.domains.WaitSynced(ctx) != nil {
-				return
+				return false
 			}
 		}
-		log := klog.FromContext(ctx).WithValues("bridge", l.bridge)
 		log.Info("Not leading: answering for the VIPs of nodes on this host, as the Services' conditions say")
-		// The routes that spread a VIP over nodes are the leader's to
-		// keep, in its own host's kernel; any here are an earlier
-		// leader's, and would send this host's traffic to nodes that are
-		// gone. Without them the host reaches each VIP through its answer.
-		if r := l.place.vipRoutes; r != nil {
-			if n, err := r.ReconcilePaths(nil); err != nil {
-				log.Error(err, "Cannot remove the routes to VIPs an earlier leader left on this host")
-			} else if n > 0 {
-				log.Info("Removed the routes to VIPs an earlier leader left on this host", "routes", n)
-			}
+		l.dropLeftVIPRoutes(log)
+		return true
+	}
+	step := func(ctx context.Context) time.Duration {
+		if all, err := lister.List(labels.Everything()); err == nil {
+			l.answerOnly(ctx, hostAnswers(all, l.serves, l.alloc.InPools, macsOn(here)))
 		}
-		for {
-			all, err := lister.List(labels.Everything())
-			if err == nil {
-				want := hostAnswers(all, l.serves, l.alloc.InPools, macsOn(here))
-				l.answerOnly(ctx, want)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			case <-time.After(answerFollowPeriod):
-			}
-		}
-	}()
-	return f, nil
+		return answerFollowPeriod
+	}
+	cleanup := func() {
+		stopEvents()
+		wg.Wait()
+		_ = services.Informer().RemoveEventHandler(reg)
+	}
+	return startFollower(ctx, changed, prepare, step, cleanup), nil
 }
 
-// halt stops the follower and waits until it has set its last answer.
-func (f *answerFollower) halt() {
-	f.stop()
-	<-f.done
+// dropLeftVIPRoutes removes the routes to VIPs this host's kernel holds.
+// They are the leader's to keep, in its own host's kernel; any here are an
+// earlier leader's, and would send this host's traffic to nodes that are
+// gone. Without them the host reaches each VIP through its answer.
+func (l *loadBalancer) dropLeftVIPRoutes(log klog.Logger) {
+	r := l.place.vipRoutes
+	if r == nil {
+		return
+	}
+	if n, err := r.ReconcilePaths(nil); err != nil {
+		log.Error(err, "Cannot remove the routes to VIPs an earlier leader left on this host")
+	} else if n > 0 {
+		log.Info("Removed the routes to VIPs an earlier leader left on this host", "routes", n)
+	}
 }
 
 // answerOnly makes the announcer answer exactly want.

@@ -33,7 +33,7 @@ type bgpAnnouncer struct {
 	onHost  func(*v1.Node) bool // whether a Node runs on this replica's host
 	nodes   corelisters.NodeLister
 	synced  []cache.InformerSynced
-	changed chan struct{} // capacity 1: a pending recompute
+	changed kicker // a pending recompute
 	// vips, in routed mode (bgp.announceVIPs), are the VIPs to announce as
 	// the Services' Announced conditions place them; nil otherwise.
 	vips *announcedVIPs
@@ -52,7 +52,7 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 	if err != nil {
 		return nil, err
 	}
-	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), changed: make(chan struct{}, 1)}, nil
+	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), changed: newKicker()}, nil
 }
 
 // start starts a in this replica, leader or not, on the replica's own
@@ -61,23 +61,13 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 // CCM's.
 func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, services coreinformers.ServiceInformer, serves func(*v1.Service) bool, inPools func(netip.Addr) bool) error {
 	a.nodes, a.synced = nodes.Lister(), []cache.InformerSynced{nodes.Informer().HasSynced}
-	recompute := func() {
-		select {
-		case a.changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := onRouteFieldsChange(nodes.Informer(), recompute); err != nil {
+	if _, err := onRouteFieldsChange(nodes.Informer(), a.changed.kick); err != nil {
 		return err
 	}
 	if services != nil {
 		a.vips = &announcedVIPs{services: services.Lister(), serves: serves, inPools: inPools}
 		a.synced = append(a.synced, services.Informer().HasSynced)
-		if _, err := services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { recompute() },
-			UpdateFunc: func(any, any) { recompute() },
-			DeleteFunc: func(any) { recompute() },
-		}); err != nil {
+		if _, err := onAnyChange(services.Informer(), a.changed.kick); err != nil {
 			return err
 		}
 	}

@@ -48,12 +48,12 @@ type Cloud struct {
 	routes      *routes // nil unless routes.bridge is configured
 	// routeFollower routes this host's bridge while this replica does not
 	// lead, with hypervisors on several hosts; nil otherwise.
-	routeFollower *routeFollower
+	routeFollower *follower
 	lb            *loadBalancer // nil unless loadBalancer.bridge is configured
 	// answerFollower answers for this host's nodes' VIPs while this
 	// replica does not lead, with hypervisors on several hosts; nil
 	// otherwise.
-	answerFollower *answerFollower
+	answerFollower *follower
 	lbOff          *loadBalancerOff // serves LoadBalancer Services while lb is nil
 	bgp            *bgpAnnouncer    // nil unless bgp is configured
 	unparsable     *unparsableReporter

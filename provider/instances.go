@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -308,7 +309,7 @@ func (in *instances) find(ctx context.Context, node *v1.Node) (libvirtcloud.Doma
 func (in *instances) each(node *v1.Node, lookup func(Hypervisor) (libvirtcloud.Domain, error)) (libvirtcloud.Domain, Hypervisor, error) {
 	var errs []error
 	notFound := 0
-	for _, h := range zoneFirst(in.hypervisors, node.Labels[v1.LabelTopologyZone]) {
+	for h := range zoneFirst(in.hypervisors, node.Labels[v1.LabelTopologyZone]) {
 		d, err := lookup(h)
 		if err == nil {
 			return d, h, nil
@@ -326,16 +327,24 @@ func (in *instances) each(node *v1.Node, lookup func(Hypervisor) (libvirtcloud.D
 	return libvirtcloud.Domain{}, nil, fmt.Errorf("node %s: %w", node.Name, errors.Join(unreachable(errs)...))
 }
 
-// zoneFirst is hvs with the hypervisor of zone, if any, first.
-func zoneFirst(hvs []Hypervisor, zone string) []Hypervisor {
-	i := slices.IndexFunc(hvs, func(h Hypervisor) bool { return h.Zone() == zone })
-	if zone == "" || i <= 0 {
-		return hvs
+// zoneFirst yields hvs with the hypervisor of zone, if any, first: in the
+// order each asks them, without a copy per lookup (placement looks every
+// Node up on every pass).
+func zoneFirst(hvs []Hypervisor, zone string) iter.Seq[Hypervisor] {
+	return func(yield func(Hypervisor) bool) {
+		first := -1
+		if zone != "" {
+			first = slices.IndexFunc(hvs, func(h Hypervisor) bool { return h.Zone() == zone })
+		}
+		if first >= 0 && !yield(hvs[first]) {
+			return
+		}
+		for i, h := range hvs {
+			if i != first && !yield(h) {
+				return
+			}
+		}
 	}
-	out := make([]Hypervisor, 0, len(hvs))
-	out = append(out, hvs[i])
-	out = append(out, hvs[:i]...)
-	return append(out, hvs[i+1:]...)
 }
 
 func unreachable(errs []error) []error {

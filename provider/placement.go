@@ -165,25 +165,9 @@ func (p *placement) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for _, h := range p.hypervisors {
-		src, ok := h.(DomainEvents)
-		if !ok {
-			continue
+		if src, ok := h.(DomainEvents); ok {
+			onDomainEvents(ctx, &wg, src, p.poke)
 		}
-		ch, stop := src.Subscribe()
-		wg.Go(func() {
-			defer stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case _, ok := <-ch:
-					if !ok {
-						return
-					}
-					p.poke()
-				}
-			}
-		})
 	}
 	wg.Go(func() { p.watchConnections(ctx) })
 	wg.Go(func() { p.live.run(ctx) })

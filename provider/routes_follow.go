@@ -31,58 +31,32 @@ const (
 	routeFollowRetry  = time.Second
 )
 
-// routeFollower is the loop that routes a non-leading replica's bridge.
-type routeFollower struct {
-	stop context.CancelFunc
-	done chan struct{}
-}
-
 // follow starts routing r's bridge from the cluster's Nodes (the replica's
 // own informer, which the caller starts) until the returned follower is
 // halted.
-func (r *routes) follow(ctx context.Context, nodes coreinformers.NodeInformer) (*routeFollower, error) {
-	changed := make(chan struct{}, 1)
-	reg, err := onRouteFieldsChange(nodes.Informer(), func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	})
+func (r *routes) follow(ctx context.Context, nodes coreinformers.NodeInformer) (*follower, error) {
+	changed := newKicker()
+	reg, err := onRouteFieldsChange(nodes.Informer(), changed.kick)
 	if err != nil {
 		return nil, err
 	}
-	ctx, stop := context.WithCancel(ctx)
-	f := &routeFollower{stop: stop, done: make(chan struct{})}
-	lister, synced := nodes.Lister(), nodes.Informer().HasSynced
-	go func() {
-		defer close(f.done)
-		defer func() { _ = nodes.Informer().RemoveEventHandler(reg) }()
-		if !cache.WaitForCacheSync(ctx.Done(), synced) {
-			return
+	lister := nodes.Lister()
+	log := klog.FromContext(ctx).WithValues("bridge", r.bridge)
+	prepare := func(ctx context.Context) bool {
+		if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced) {
+			return false
 		}
-		log := klog.FromContext(ctx).WithValues("bridge", r.bridge)
 		log.Info("Not leading: routing pod CIDRs on this host's bridge until this replica leads")
-		for {
-			next := routeFollowPeriod
-			if err := r.reconcileFrom(lister); err != nil {
-				log.Error(err, "Could not route the pod CIDRs on this host's bridge; retrying", "in", routeFollowRetry)
-				next = routeFollowRetry // the bridge may be back in a moment
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			case <-time.After(next):
-			}
+		return true
+	}
+	step := func(context.Context) time.Duration {
+		if err := r.reconcileFrom(lister); err != nil {
+			log.Error(err, "Could not route the pod CIDRs on this host's bridge; retrying", "in", routeFollowRetry)
+			return routeFollowRetry // the bridge may be back in a moment
 		}
-	}()
-	return f, nil
-}
-
-// halt stops the follower and waits until it has written its last route.
-func (f *routeFollower) halt() {
-	f.stop()
-	<-f.done
+		return routeFollowPeriod
+	}
+	return startFollower(ctx, changed, prepare, step, func() { _ = nodes.Informer().RemoveEventHandler(reg) }), nil
 }
 
 // reconcileFrom makes the owned routes on the bridge those the Nodes call

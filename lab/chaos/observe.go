@@ -359,7 +359,8 @@ func (o *observer) readDomains(now time.Time) (map[string]Domain, bool) {
 		o.mu.Lock()
 		lost := o.lost[h.Name]
 		o.mu.Unlock()
-		doms, err := map[string]host.Domain(nil), errHostLost
+		var doms map[string]host.Domain
+		err := errHostLost
 		if !lost {
 			doms, err = host.Domains(h.URI, lab.NetworkName, lab.NodePrefix)
 		}

@@ -25,29 +25,16 @@ import (
 // removes every host.
 func TestLabHosts(t *testing.T) {
 	l := newLabcloud(t)
-	start := time.Now()
-	out := l.must(30*time.Minute, "up", "--hosts", "2", "--nodes", "2", "--ip-family", "dual")
-	t.Logf("labcloud up --hosts 2 --nodes 2 --ip-family dual took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
-	st, err := lab.LoadState(l.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := l.up("--hosts", "2", "--nodes", "2", "--ip-family", "dual")
 	hosts := st.LabHosts()
 	if len(hosts) != 2 {
 		t.Fatalf("state has hosts %+v, want 2", hosts)
 	}
 
-	hostOf := map[string]string{}        // node -> host
-	internalIPs := map[string][]string{} // node -> its InternalIPs, IPv4 first
-	for _, n := range l.status().Nodes {
-		hostOf[n.Name] = n.Host
-		for _, a := range n.Addresses {
-			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok {
-				internalIPs[n.Name] = append(internalIPs[n.Name], ip)
-			}
-		}
-		if len(internalIPs[n.Name]) != 2 {
-			t.Errorf("node %s: InternalIPs %v, want one of each family", n.Name, internalIPs[n.Name])
+	hostOf, internalIPs := l.nodeHosts() // node -> host, its InternalIPs (IPv4 first)
+	for name := range hostOf {
+		if len(internalIPs[name]) != 2 {
+			t.Errorf("node %s: InternalIPs %v, want one of each family", name, internalIPs[name])
 		}
 	}
 	zones := l.mustKubectl("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.labels.topology\.kubernetes\.io/zone}{" "}{end}`)

@@ -130,6 +130,36 @@ func (l *labcloud) downTwiceLeavesNothing(pids map[string]int) {
 }
 
 // kubectl runs kubectl inside the lab's namespace and returns its output.
+// up brings the lab up with args, logs how long it took and what it
+// printed, and returns its state.
+func (l *labcloud) up(args ...string) *lab.State {
+	l.t.Helper()
+	start := time.Now()
+	// Most of a long up is waiting for e2e runs to release the host's libvirtd.
+	out := l.must(30*time.Minute, append([]string{"up"}, args...)...)
+	l.t.Logf("labcloud up %s took %s:\n%s", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out)
+	st, err := lab.LoadState(l.dir)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return st
+}
+
+// nodeHosts reads from status each node's host and its InternalIPs in
+// order (IPv4 first in a dual-stack lab).
+func (l *labcloud) nodeHosts() (hostOf map[string]string, internalIPs map[string][]string) {
+	hostOf, internalIPs = map[string]string{}, map[string][]string{}
+	for _, n := range l.status().Nodes {
+		hostOf[n.Name] = n.Host
+		for _, a := range n.Addresses {
+			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok {
+				internalIPs[n.Name] = append(internalIPs[n.Name], ip)
+			}
+		}
+	}
+	return hostOf, internalIPs
+}
+
 func (l *labcloud) kubectl(timeout time.Duration, args ...string) (string, error) {
 	return l.run(timeout, append([]string{"exec", "--", "kubectl"}, args...)...)
 }
@@ -225,10 +255,7 @@ func (l *labcloud) podsOf(app string) (nodes, ips map[string]string) {
 
 func TestLab(t *testing.T) {
 	l := newLabcloud(t)
-	start := time.Now()
-	// Most of a long up is waiting for e2e runs to release the host's libvirtd.
-	out := l.must(30*time.Minute, "up", "--nodes", "2")
-	t.Logf("labcloud up --nodes 2 took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
+	l.up("--nodes", "2")
 
 	// Real kubelets, initialized by the CCM from libvirt with DHCP-lease
 	// addresses, pod CIDRs and routes.

@@ -19,22 +19,12 @@ import (
 // via the other host's node.
 func TestLabHostsRouted(t *testing.T) {
 	l := newLabcloud(t)
-	start := time.Now()
-	out := l.must(30*time.Minute, "up", "--hosts", "2", "--nodes", "2", "--routed")
-	t.Logf("labcloud up --hosts 2 --nodes 2 --routed took %s:\n%s", time.Since(start).Round(100*time.Millisecond), out)
-	st, err := lab.LoadState(l.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := l.up("--hosts", "2", "--nodes", "2", "--routed")
 	hosts := st.LabHosts()
-	hostOf, ipOf := map[string]string{}, map[string]string{}
-	for _, n := range l.status().Nodes {
-		hostOf[n.Name] = n.Host
-		for _, a := range n.Addresses {
-			if ip, ok := strings.CutPrefix(a, "InternalIP="); ok {
-				ipOf[n.Name] = ip
-			}
-		}
+	hostOf, internalIPs := l.nodeHosts()
+	ipOf := map[string]string{} // node -> its InternalIP (IPv4 only)
+	for name, ips := range internalIPs {
+		ipOf[name] = ips[0]
 	}
 	for _, h := range hosts {
 		subnet := strings.TrimSuffix(h.Address, "1")
