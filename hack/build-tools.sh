@@ -5,7 +5,7 @@
 #   lab nodes      kubelet kube-proxy agnhost pause containerd containerd-shim-runc-v2 ctr
 #                  and the CNI plugins bridge host-local loopback portmap (in cni/)
 #   cluster DNS    coredns (the plugins the lab uses, hack/dnstools)
-#   conformance    e2e.test (Kubernetes' own e2e suite)
+#   conformance    e2e.test (Kubernetes' own e2e suite) and ginkgo (its parallel runner)
 # Only missing binaries are built, so a warm cache makes this a no-op.
 # Prints the directory holding the binaries on its last line.
 set -euo pipefail
@@ -45,6 +45,11 @@ fi
 if [ ! -x "$out/e2e.test" ]; then
   echo "building e2e.test $k8s (cold: ~6 minutes)" >&2
   (cd "$here/tools" && go test -c -ldflags="-s -w $kver" -o "$out/e2e.test.tmp" k8s.io/kubernetes/test/e2e && mv "$out/e2e.test.tmp" "$out/e2e.test")
+fi
+if [ ! -x "$out/ginkgo" ]; then
+  # The runner of the Ginkgo version e2e.test is built with.
+  echo "building ginkgo" >&2
+  (cd "$here/tools" && go build -ldflags='-s -w' -o "$out/ginkgo.tmp" github.com/onsi/ginkgo/v2/ginkgo && mv "$out/ginkgo.tmp" "$out/ginkgo")
 fi
 if [ ! -x "$out/pause" ]; then
   # The pod sandbox, from Kubernetes' own source at the same version.

@@ -555,7 +555,7 @@ timestamp and a summary, and removes the Services it made.`,
 }
 
 func e2eCmd(dir *string) *cobra.Command {
-	opts := conformance.Options{Focus: conformance.DefaultFocus, Skip: conformance.DefaultSkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour}
+	opts := conformance.Options{Focus: conformance.DefaultFocus, Skip: conformance.DefaultSkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour, Parallel: conformance.DefaultParallel}
 	cmd := &cobra.Command{
 		Use:   "e2e",
 		Short: "Run Kubernetes' own LoadBalancer e2e tests (e2e.test) against the running lab; writes JUnit",
@@ -569,7 +569,7 @@ test fails. The default focus and skip are explained in docs/conformance.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(regexpFlag("--focus", opts.Focus), regexpFlag("--skip", opts.Skip),
-				positiveDuration("--timeout", opts.Timeout), outputDir("--junit-dir", opts.ReportDir)); err != nil {
+				positiveDuration("--timeout", opts.Timeout), outputDir("--junit-dir", opts.ReportDir), positive("--parallel", opts.Parallel)); err != nil {
 				return err
 			}
 			if err := requireRoot(); err != nil {
@@ -594,5 +594,6 @@ test fails. The default focus and skip are explained in docs/conformance.md.`,
 	cmd.Flags().StringVar(&opts.Skip, "skip", opts.Skip, "regular expression of the tests to leave out (Ginkgo skip); the default drops IPv6 and DualStack tests on an IPv4 lab, DualStack on an IPv6 one")
 	cmd.Flags().StringVar(&opts.ReportDir, "junit-dir", opts.ReportDir, "directory for junit_01.xml, e2e.log and the tests' output")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", opts.Timeout, "time limit of the whole suite")
+	cmd.Flags().IntVar(&opts.Parallel, "parallel", opts.Parallel, "how many e2e.test processes share the tests (Ginkgo's --procs); 1 runs them one after the other")
 	return cmd
 }

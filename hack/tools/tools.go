@@ -16,6 +16,9 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 
+	// Ginkgo's runner, which shares the e2e specs among parallel processes.
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
+
 	// What k8s.io/kubernetes/test/e2e's test main imports, so that
 	// `go test -c k8s.io/kubernetes/test/e2e` resolves from this module.
 	_ "github.com/onsi/ginkgo/v2"

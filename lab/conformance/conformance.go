@@ -67,8 +67,16 @@ type Options struct {
 	ReportDir string
 	// Timeout bounds the whole suite (Ginkgo's own default is one hour).
 	Timeout time.Duration
-	Out     io.Writer
+	// Parallel is how many e2e.test processes share the specs (Ginkgo's
+	// --procs); 1 runs them one after the other.
+	Parallel int
+	Out      io.Writer
 }
+
+// DefaultParallel runs three processes: the default focus's two
+// rolling-update tests spend their quarter hour each waiting out pods'
+// grace periods, and run beside each other and beside the rest.
+const DefaultParallel = 3
 
 // The e2e client's namespace: e2e.test runs there, behind a veth pair into
 // the lab's namespace, from an address outside the nodes' /16. The
@@ -103,8 +111,11 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 		return nil, errors.New("e2e needs real nodes: the light lab has none (labcloud up without --light)")
 	}
 	bin := filepath.Join(st.Tools, "e2e.test")
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("e2e.test: %w (run make tools)", err)
+	ginkgo := filepath.Join(st.Tools, "ginkgo")
+	for _, b := range []string{bin, ginkgo} {
+		if _, err := os.Stat(b); err != nil {
+			return nil, fmt.Errorf("%s: %w (run make tools)", filepath.Base(b), err)
+		}
 	}
 	focus, skip, err := compileFilters(opts.Focus, opts.Skip)
 	if err != nil {
@@ -138,8 +149,8 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 		return nil, fmt.Errorf("e2e client namespace: %w", err)
 	}
 
-	args := args(st, opts)
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", E2ENetns, bin}, args...)...)
+	args := args(st, bin, opts)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", E2ENetns, ginkgo}, args...)...)
 	cmd.Dir = opts.ReportDir
 	// kubectl (exec into pods) from the lab's tools; e2e.test runs it by name.
 	cmd.Env = append(os.Environ(), "PATH="+st.Tools+":"+os.Getenv("PATH"), "KUBECONFIG="+st.Kubeconfig)
@@ -152,7 +163,7 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 	if st.IPFamily.HasIPv6() {
 		client += ", " + e2eClientAddr6
 	}
-	fmt.Fprintf(opts.Out, "running in namespace %s (%s): %s %s\n", E2ENetns, client, bin, strings.Join(args, " "))
+	fmt.Fprintf(opts.Out, "running in namespace %s (%s): %s %s\n", E2ENetns, client, ginkgo, strings.Join(args, " "))
 	start := time.Now()
 	runErr := cmd.Run()
 	wall := time.Since(start)
@@ -253,13 +264,21 @@ func run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-// args is e2e.test's command line for the lab.
-func args(st *lab.State, opts Options) []string {
+// args is the command line of Ginkgo's runner for the lab: its own flags,
+// the prebuilt suite bin, and e2e.test's flags after "--".
+func args(st *lab.State, bin string, opts Options) []string {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = 3 * time.Hour
 	}
 	return []string{
+		fmt.Sprintf("--procs=%d", max(opts.Parallel, 1)),
+		"--focus=" + opts.Focus,
+		"--skip=" + opts.Skip,
+		"--timeout=" + timeout.String(),
+		"--no-color",
+		"-v",
+		bin, "--",
 		"--kubeconfig=" + st.Kubeconfig,
 		// skeleton: a cluster the suite knows nothing special about (the
 		// default when unset, said here so the log says so).
@@ -270,11 +289,6 @@ func args(st *lab.State, opts Options) []string {
 		"--kubectl-path=" + filepath.Join(st.Tools, "kubectl"),
 		// The lab's nodes are Debian-built guests but no SSH: no log dump.
 		"--disable-log-dump",
-		"--ginkgo.focus=" + opts.Focus,
-		"--ginkgo.skip=" + opts.Skip,
-		"--ginkgo.timeout=" + timeout.String(),
-		"--ginkgo.no-color",
-		"--ginkgo.v",
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,11 +130,24 @@ func TestE2EResultWriteEndsWithSummary(t *testing.T) {
 
 func TestE2EArgs(t *testing.T) {
 	st := &lab.State{Kubeconfig: "/lab/admin.kubeconfig", Tools: "/tools", Nodes: []string{"a", "b", "c"}}
-	args := args(st, Options{Focus: "F", Skip: "S", ReportDir: "/r"})
-	for _, want := range []string{"--kubeconfig=/lab/admin.kubeconfig", "--num-nodes=3", "--report-dir=/r", "--ginkgo.focus=F", "--ginkgo.skip=S", "--ginkgo.timeout=3h0m0s", "--kubectl-path=/tools/kubectl"} {
-		if !strings.Contains(strings.Join(args, "\n")+"\n", want+"\n") {
-			t.Errorf("args lack %s: %q", want, args)
+	got := args(st, "/tools/e2e.test", Options{Focus: "F", Skip: "S", ReportDir: "/r", Parallel: 3})
+	suite := slices.Index(got, "/tools/e2e.test")
+	if suite < 0 || suite+1 >= len(got) || got[suite+1] != "--" {
+		t.Fatalf("args do not hand the suite to Ginkgo as \"/tools/e2e.test --\": %q", got)
+	}
+	runner, own := strings.Join(got[:suite], "\n")+"\n", strings.Join(got[suite+2:], "\n")+"\n"
+	for _, want := range []string{"--procs=3", "--focus=F", "--skip=S", "--timeout=3h0m0s"} {
+		if !strings.Contains(runner, want+"\n") {
+			t.Errorf("Ginkgo's flags lack %s: %q", want, got[:suite])
 		}
+	}
+	for _, want := range []string{"--kubeconfig=/lab/admin.kubeconfig", "--num-nodes=3", "--report-dir=/r", "--kubectl-path=/tools/kubectl"} {
+		if !strings.Contains(own, want+"\n") {
+			t.Errorf("e2e.test's flags lack %s: %q", want, got[suite+2:])
+		}
+	}
+	if p := args(st, "/b", Options{})[0]; p != "--procs=1" {
+		t.Errorf("unset Parallel gives %s, want --procs=1", p)
 	}
 }
 
