@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# make conformance: Kubernetes' own e2e tests (labcloud e2e) on a fresh
+# three-node lab per run, each taken down afterwards whatever its outcome.
+# The runs (CONFORMANCE_RUNS, default all of them, in this order):
+#   loadbalancer-ipv4  the default focus (docs/conformance.md) on an ipv4 lab
+#   loadbalancer-ipv6  the same on an ipv6 lab
+#   dualstack          the [Feature:IPv6DualStack] tests on a dual lab
+#   sig-network        the [sig-network] [Conformance] tests on an ipv4 lab
+# Each writes its JUnit report and log into CONFORMANCE_DIR/RUN;
+# CONFORMANCE_ARGS adds labcloud e2e flags to every run. Exits non-zero when
+# any run fails. Root; about 25-40 minutes a run on TCG guests.
+set -uo pipefail
+lc=${BIN:-bin}/labcloud
+dir=${CONFORMANCE_DIR:-labcloud-e2e}
+runs=${CONFORMANCE_RUNS:-loadbalancer-ipv4 loadbalancer-ipv6 dualstack sig-network}
+# Shell words, so that a quoted --focus keeps its spaces.
+eval "extra=(${CONFORMANCE_ARGS:-})"
+
+failed=()
+for run in $runs; do
+  case $run in
+    loadbalancer-ipv4) family=ipv4 args=() ;;
+    loadbalancer-ipv6) family=ipv6 args=() ;;
+    dualstack) family=dual args=(--focus '\[Feature:IPv6DualStack\]') ;;
+    sig-network) family=ipv4 args=(--focus '\[sig-network\].*\[Conformance\]') ;;
+    *) echo "conformance: unknown run $run (CONFORMANCE_RUNS)" >&2; exit 2 ;;
+  esac
+  echo "== $run: up --nodes 3 --ip-family $family"
+  if "$lc" up --nodes 3 --ip-family "$family"; then
+    "$lc" e2e --junit-dir "$dir/$run" "${args[@]}" "${extra[@]}" || failed+=("$run")
+  else
+    failed+=("$run")
+  fi
+  "$lc" down || failed+=("$run (down)")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "conformance: failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "conformance: passed: $runs"
