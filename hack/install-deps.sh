@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what labcloud needs on a Debian/Ubuntu host: the C library for the
 # libvirt bindings, libvirt + QEMU + dnsmasq for the lab and the tests, the
-# guest kernel and busybox for lab VMs, FRR as the BGP router of tests, and Go
-# if it is missing or too old.
+# guest kernel and busybox for lab VMs, FRR as the BGP router of tests, the
+# programs the nodes' container images carry (curl, wget, nc, dig, nginx), and
+# Go if it is missing or too old.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 packages=(
@@ -11,6 +12,7 @@ packages=(
   qemu-system-x86 dnsmasq-base iptables iproute2 kmod tini
   busybox-static linux-image-cloud-amd64 runc e2fsprogs dhcpcd-base
   curl wget netcat-openbsd iputils-ping ca-certificates bc procps
+  bind9-dnsutils nginx
   mmdebstrap systemd-container frr
 )
 missing=()
@@ -22,11 +24,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # Tests run FRR's daemons in namespaces of their own; the host's routing
-  # stays as it was.
-  if [[ " ${missing[*]} " == *" frr "* ]] && command -v systemctl >/dev/null; then
-    systemctl disable --now frr >/dev/null 2>&1 || true
-  fi
+  # Tests run FRR's daemons in namespaces of their own, so the host's routing
+  # stays as it was; nginx is only copied into the nodes' nginx image.
+  for svc in frr nginx; do
+    if [[ " ${missing[*]} " == *" $svc "* ]] && command -v systemctl >/dev/null; then
+      systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 go_want=1.26

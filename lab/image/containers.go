@@ -24,54 +24,123 @@ import (
 // 2.4's sandbox image). Tagged images are pulled IfNotPresent, so with these
 // present nothing is ever pulled.
 const (
-	PauseImage   = "registry.k8s.io/pause:3.10.2"
-	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	PauseImage           = "registry.k8s.io/pause:3.10.2"
+	AgnhostImage         = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	GlibcDNSTestingImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"
+	NginxImage           = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
 )
 
 // imagesVersion changes whenever an image recipe changes (part of the disk key).
-const imagesVersion = "pause+agnhost/5"
+const imagesVersion = "pause+agnhost+glibc-dns-testing+nginx/6"
 
-// agnhostPrograms are host programs the e2e tests exec inside agnhost
-// besides busybox's applets (seq, ...), by their path in the image. GNU
+// containerImage is one image of the node disk: its archive's file name,
+// its reference, what its one layer holds and how it runs.
+type containerImage struct {
+	file, ref string
+	layer     *layerRecipe
+	cfg       v1.Config
+}
+
+var pathEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+// containerImages are the images the node disk carries.
+//
+// glibc-dns-testing is the DNS tests' "jessie" prober: `sh -c` with dig,
+// getent, seq, test, echo and sleep. It shares agnhost's layer, which holds
+// all of that for the same tests' agnhost prober: containerd stores and
+// unpacks a layer two images name once, and unpacked layers live in each
+// node's memory (dig's libraries are 43 MB). Its config is Debian's
+// image's, sh for bash; the tests always give a command.
+//
+// nginx runs as upstream's nginx:1.15 does: in the foreground, on port 80.
+var containerImages = []containerImage{
+	{"pause.tar", PauseImage, &pauseRecipe, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
+	{"agnhost.tar", AgnhostImage, &agnhostRecipe, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: pathEnv}},
+	{"glibc-dns-testing.tar", GlibcDNSTestingImage, &agnhostRecipe, v1.Config{Cmd: []string{"sh"}, Env: pathEnv}},
+	{"nginx.tar", NginxImage, &nginxRecipe, v1.Config{Cmd: []string{"nginx", "-g", "daemon off;"}, Env: pathEnv}},
+}
+
+// layerRecipe is what an image layer holds.
+type layerRecipe struct {
+	tools    []string          // static programs hack/build-tools.sh builds, at /
+	busybox  bool              // Debian's static busybox with its applets
+	programs map[string]string // path in the image: host program, with its shared libraries
+	links    map[string]string // path: target
+	files    map[string]string // path: content
+	dirs     map[string]int64  // path: mode
+}
+
+var pauseRecipe = layerRecipe{tools: []string{"pause"}}
+
+// agnhostRecipe: agnhost, busybox with its applets, and host programs the
+// e2e tests exec inside agnhost besides busybox's applets (seq, ...). GNU
 // wget replaces busybox's, which crashes in Debian's static build;
 // netcat-openbsd is the nc upstream's agnhost carries (the probes use its
 // -v and -t, which busybox's small nc refuses); dash is /bin/sh because
 // busybox's shell runs its own applets before PATH, so `sh -c wget` would
-// still reach the crashing one.
-var agnhostPrograms = map[string]string{
-	"/usr/bin/curl": "/usr/bin/curl",
-	"/usr/bin/wget": "/usr/bin/wget",
-	"/usr/bin/nc":   "/bin/nc.openbsd",
-	"/bin/dash":     "/bin/dash",
+// still reach the crashing one. The DNS tests' probes run dig (upstream's
+// agnhost has bind-tools) and getent, which reads the kubelet's /etc/hosts
+// through glibc.
+var agnhostRecipe = layerRecipe{
+	tools:   []string{"agnhost"},
+	busybox: true,
+	programs: map[string]string{
+		"/usr/bin/curl":   "/usr/bin/curl",
+		"/usr/bin/wget":   "/usr/bin/wget",
+		"/usr/bin/nc":     "/bin/nc.openbsd",
+		"/bin/dash":       "/bin/dash",
+		"/usr/bin/dig":    "/usr/bin/dig",
+		"/usr/bin/getent": "/usr/bin/getent",
+	},
+	links: map[string]string{"bin/sh": "/bin/dash"},
+	files: withEtc(map[string]string{
+		// One try, as busybox's wget: a probe that must fail is not
+		// retried for minutes.
+		"etc/wgetrc": "tries = 1\n",
+	}),
+	dirs: map[string]int64{"tmp": 0o1777},
+}
+
+// nginxRecipe: Debian's nginx serving a page on port 80, its workers as
+// nobody, logging to stdout and stderr, as upstream's image does.
+var nginxRecipe = layerRecipe{
+	programs: map[string]string{"/usr/sbin/nginx": "/usr/sbin/nginx"},
+	files: withEtc(map[string]string{
+		"etc/nginx/nginx.conf": "user nobody nogroup;\nworker_processes 1;\nevents {\n\tworker_connections 128;\n}\n" +
+			"http {\n\taccess_log /dev/stdout;\n\tdefault_type text/html;\n" +
+			"\tserver {\n\t\tlisten 80;\n\t\troot /usr/share/nginx/html;\n\t}\n}\n",
+		"usr/share/nginx/html/index.html": "<!DOCTYPE html>\n<title>Welcome to nginx!</title>\n<h1>Welcome to nginx!</h1>\n",
+	}),
+	// Where it writes its pid and makes its temporary directories.
+	dirs: map[string]int64{"run": 0o755, "var/lib/nginx": 0o755},
+}
+
+// withEtc adds the files a container expects in /etc: root and nobody,
+// and glibc's host lookups in /etc/hosts (the kubelet's), then DNS.
+func withEtc(files map[string]string) map[string]string {
+	files["etc/passwd"] = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+	files["etc/group"] = "root:x:0:\nnogroup:x:65534:\n"
+	files["etc/nsswitch.conf"] = "hosts: files dns\n"
+	return files
 }
 
 // writeImages writes one docker-archive tarball per image into dir, the
-// format `ctr images import` reads.
+// format `ctr images import` reads; images that share a recipe share its
+// layer, byte for byte.
 func writeImages(dir string, opts DiskOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	pause, err := pauseLayer(opts.Tools)
-	if err != nil {
-		return err
-	}
-	agnhost, err := agnhostLayer(opts)
-	if err != nil {
-		return err
-	}
-	images := []struct {
-		file, ref string
-		layer     []byte
-		cfg       v1.Config
-	}{
-		{"pause.tar", PauseImage, pause, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
-		{"agnhost.tar", AgnhostImage, agnhost, v1.Config{
-			Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
-			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		}},
-	}
-	for _, im := range images {
-		img, err := singleLayerImage(im.layer, im.cfg)
+	layers := map[*layerRecipe][]byte{}
+	for _, im := range containerImages {
+		if layers[im.layer] == nil {
+			l, err := im.layer.build(opts)
+			if err != nil {
+				return fmt.Errorf("image %s: %w", im.ref, err)
+			}
+			layers[im.layer] = l
+		}
+		img, err := singleLayerImage(layers[im.layer], im.cfg)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", im.ref, err)
 		}
@@ -109,56 +178,27 @@ func singleLayerImage(layerTar []byte, cfg v1.Config) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// pauseLayer holds the pause binary hack/build-tools.sh builds from
-// Kubernetes' build/pause/linux/pause.c.
-func pauseLayer(tools string) ([]byte, error) {
-	p := filepath.Join(tools, "pause")
-	if err := checkStatic(p, "pause"); err != nil {
-		return nil, fmt.Errorf("%w (run hack/build-tools.sh)", err)
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
+// build lays out the recipe's layer: static tools from opts.Tools (pause,
+// agnhost: hack/build-tools.sh builds them), busybox's applets but those a
+// program or link replaces, host programs with the libraries ldd names.
+func (r *layerRecipe) build(opts DiskOptions) ([]byte, error) {
 	l := layerTree{}
-	l.file("pause", 0o755, b)
-	return l.tar()
-}
-
-// agnhostLayer holds agnhost, busybox with its applets, dash as /bin/sh,
-// curl, wget and nc with their libraries, and the files a container expects
-// in /etc.
-func agnhostLayer(opts DiskOptions) ([]byte, error) {
-	l := layerTree{}
-	ag := filepath.Join(opts.Tools, "agnhost")
-	if err := checkStatic(ag, "agnhost"); err != nil {
-		return nil, fmt.Errorf("%w (run hack/build-tools.sh)", err)
-	}
-	if err := l.hostFile("agnhost", ag, 0o755); err != nil {
-		return nil, err
-	}
-	bb := opts.Busybox
-	if bb == "" {
-		bb = DefaultBusybox
-	}
-	if err := l.hostFile("bin/busybox", bb, 0o755); err != nil {
-		return nil, err
-	}
-	applets, err := busyboxApplets(context.Background(), bb)
-	if err != nil {
-		return nil, err
-	}
-	replaced := map[string]bool{"sh": true}
-	for p := range agnhostPrograms {
-		replaced[path.Base(p)] = true
-	}
-	for _, a := range applets {
-		if a = clean(a); a != "bin/busybox" && a != "linuxrc" && !replaced[path.Base(a)] {
-			l.symlink(a, "/bin/busybox")
+	for _, t := range r.tools {
+		p := filepath.Join(opts.Tools, t)
+		if err := checkStatic(p, t); err != nil {
+			return nil, fmt.Errorf("%w (run hack/build-tools.sh)", err)
+		}
+		if err := l.hostFile(t, p, 0o755); err != nil {
+			return nil, err
 		}
 	}
-	for _, p := range sortedKeys(agnhostPrograms) {
-		prog := agnhostPrograms[p]
+	if r.busybox {
+		if err := l.busybox(opts.Busybox, r.replaced()); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range sortedKeys(r.programs) {
+		prog := r.programs[p]
 		if err := l.hostFile(clean(p), prog, 0o755); err != nil {
 			return nil, fmt.Errorf("%w (run hack/install-deps.sh)", err)
 		}
@@ -172,15 +212,49 @@ func agnhostLayer(opts DiskOptions) ([]byte, error) {
 			}
 		}
 	}
-	l.symlink("bin/sh", "/bin/dash")
-	l.file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"))
-	l.file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
-	l.file("etc/nsswitch.conf", 0o644, []byte("hosts: files dns\n"))
-	// One try, as busybox's wget: a probe that must fail is not retried
-	// for minutes.
-	l.file("etc/wgetrc", 0o644, []byte("tries = 1\n"))
-	l.dir("tmp", 0o1777)
+	for p, target := range r.links {
+		l.symlink(p, target)
+	}
+	for p, content := range r.files {
+		l.file(p, 0o644, []byte(content))
+	}
+	for p, mode := range r.dirs {
+		l.dir(p, mode)
+	}
 	return l.tar()
+}
+
+// replaced are the command names the recipe's programs and links take
+// from busybox.
+func (r *layerRecipe) replaced() map[string]bool {
+	names := map[string]bool{}
+	for _, m := range []map[string]string{r.programs, r.links} {
+		for p := range m {
+			names[path.Base(p)] = true
+		}
+	}
+	return names
+}
+
+// busybox adds Debian's static busybox (bb, default DefaultBusybox) with a
+// link for each applet not in replaced.
+func (l layerTree) busybox(bb string, replaced map[string]bool) error {
+	if bb == "" {
+		bb = DefaultBusybox
+	}
+	if err := l.hostFile("bin/busybox", bb, 0o755); err != nil {
+		return err
+	}
+	applets, err := busyboxApplets(context.Background(), bb)
+	if err != nil {
+		return err
+	}
+	for _, a := range applets {
+		if a = clean(a); a != "bin/busybox" && a != "linuxrc" && !replaced[path.Base(a)] {
+			l.symlink(a, "/bin/busybox")
+		}
+	}
+	return nil
 }
 
 // layerTree is the content of an image layer, keyed by path.

@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,9 +12,97 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/net/dns/dnsmessage"
 )
+
+// TestImagesUnderUpstreamNames writes the node disk's image archives and
+// reads each back under its upstream reference: its config, the programs
+// the e2e tests run in it (executable), and the layer glibc-dns-testing
+// shares with agnhost.
+func TestImagesUnderUpstreamNames(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeImages(dir, DiskOptions{Tools: fakeTools(t)}); err != nil {
+		t.Fatal(err)
+	}
+	dnsProbe := []string{"bin/sh", "usr/bin/dig", "usr/bin/getent", "usr/bin/seq", "bin/sleep"}
+	want := map[string][]string{
+		PauseImage:           {"pause"},
+		AgnhostImage:         append([]string{"agnhost", "usr/bin/curl", "usr/bin/wget", "usr/bin/nc", "bin/busybox"}, dnsProbe...),
+		GlibcDNSTestingImage: dnsProbe,
+		NginxImage:           {"usr/sbin/nginx"},
+	}
+	digests := map[string]v1.Hash{}
+	for _, im := range containerImages {
+		tag, err := name.NewTag(im.ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := tarball.ImageFromPath(filepath.Join(dir, im.file), &tag)
+		if err != nil {
+			t.Errorf("%s: %v", im.file, err)
+			continue
+		}
+		cf, err := img.ConfigFile()
+		if err != nil || !reflect.DeepEqual(cf.Config, im.cfg) {
+			t.Errorf("%s: config %+v, %v; want %+v", im.ref, cf.Config, err, im.cfg)
+		}
+		layers, err := img.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("%s: %d layers, %v; want 1", im.ref, len(layers), err)
+		}
+		if digests[im.ref], err = layers[0].Digest(); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := layers[0].Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		root := t.TempDir()
+		if err := untar(b, root); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range want[im.ref] {
+			// Symlinks resolve inside the image (busybox's applets, /bin/sh).
+			fi, err := os.Stat(filepath.Join(root, resolveIn(root, p)))
+			if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+				t.Errorf("%s: /%s is not an executable program: %v", im.ref, p, err)
+			}
+		}
+	}
+	if digests[GlibcDNSTestingImage] != digests[AgnhostImage] {
+		t.Errorf("glibc-dns-testing's layer %s is not agnhost's %s: nodes would hold dig twice", digests[GlibcDNSTestingImage], digests[AgnhostImage])
+	}
+}
+
+// resolveIn follows p's symlinks (absolute ones from root) inside root.
+func resolveIn(root, p string) string {
+	for range 10 {
+		target, err := os.Readlink(filepath.Join(root, p))
+		if err != nil {
+			return p
+		}
+		if filepath.IsAbs(target) {
+			p = target
+		} else {
+			p = filepath.Join(filepath.Dir(p), target)
+		}
+	}
+	return p
+}
 
 // TestAgnhostShellRunsUpstreamProbes runs what upstream e2e tests exec in
 // the agnhost image, `/bin/sh -c 'wget ...'` and `nc -v -t`, inside the layer we build (as a
@@ -21,22 +110,7 @@ import (
 // runs its own wget applet before PATH, and that applet crashes: the
 // image's shell must be one that finds GNU wget.
 func TestAgnhostShellRunsUpstreamProbes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: chroot into the image layer")
-	}
-	tools := t.TempDir()
-	// Any static x86-64 binary stands in for agnhost: only the shell runs.
-	if err := copyFile(DefaultBusybox, filepath.Join(tools, "agnhost")); err != nil {
-		t.Fatal(err)
-	}
-	layer, err := agnhostLayer(DiskOptions{Tools: tools})
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	if err := untar(layer, root); err != nil {
-		t.Fatal(err)
-	}
+	root := unpackedImage(t, AgnhostImage)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,19 +122,11 @@ func TestAgnhostShellRunsUpstreamProbes(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	// A container has /proc, and busybox's shell execs its applets through
-	// /proc/self/exe: mount one, in a mount namespace of the test's own.
-	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	inImage := func(command string) (string, error) {
-		script := `mount -t proc proc "$1/proc" && exec chroot "$1" /bin/sh -c "$2"`
-		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh", root, command)
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-		out, err := cmd.CombinedOutput()
+	sh := func(command string) (string, error) {
+		out, err := inImage(root, "/bin/sh", "-c", command).CombinedOutput()
 		return string(out), err
 	}
-	if out, err := inImage(fmt.Sprintf(`wget -T 5 -qO- "%s"`, ln.Addr())); err != nil || out != "hello from loopback" {
+	if out, err := sh(fmt.Sprintf(`wget -T 5 -qO- "%s"`, ln.Addr())); err != nil || out != "hello from loopback" {
 		t.Errorf("sh -c wget in the agnhost layer: %v, output %q", err, out)
 	}
 	// A probe that must fail (a source range that drops it) is tried once,
@@ -81,7 +147,7 @@ func TestAgnhostShellRunsUpstreamProbes(t *testing.T) {
 			accepted <- c // held open, never answered
 		}
 	}()
-	if out, err := inImage(fmt.Sprintf(`wget -T 1 -qO- "%s"`, silent.Addr())); err == nil {
+	if out, err := sh(fmt.Sprintf(`wget -T 1 -qO- "%s"`, silent.Addr())); err == nil {
 		t.Errorf("wget from a server that never answers succeeded: %q", out)
 	}
 	if n := len(accepted); n != 1 {
@@ -90,9 +156,266 @@ func TestAgnhostShellRunsUpstreamProbes(t *testing.T) {
 	// CheckServiceReachability's probe: upstream's agnhost carries
 	// netcat-openbsd, whose -v and -t busybox's small nc refuses.
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
-	if out, err := inImage(fmt.Sprintf(`echo hostName | nc -v -t -w 2 %s %s`, host, port)); err != nil {
+	if out, err := sh(fmt.Sprintf(`echo hostName | nc -v -t -w 2 %s %s`, host, port)); err != nil {
 		t.Errorf("sh -c 'nc -v -t' in the agnhost layer: %v, output %q", err, out)
 	}
+}
+
+// TestDNSProbesRunInImages runs the DNS tests' probe scripts, as
+// test/e2e/network/dns_common.go writes them, in both probers' images
+// against a DNS server on loopback, with the resolv.conf and /etc/hosts a
+// kubelet writes: dig over UDP and TCP through the search path, dig +short
+// for an ExternalName's CNAME, getent for the pod's own names. The changes:
+// dig asks the server's port (-p), not 53, and `$` stands for the `$$` the
+// kubelet turns into one.
+func TestDNSProbesRunInImages(t *testing.T) {
+	server := dnsServer(t, map[string]dnsRecord{
+		"kubernetes.default.svc.cluster.local.":    {dnsmessage.TypeA, &dnsmessage.AResource{A: [4]byte{10, 96, 0, 1}}},
+		"dns-test-service-3.ns.svc.cluster.local.": {dnsmessage.TypeCNAME, &dnsmessage.CNAMEResource{CNAME: dnsmessage.MustNewName("foo.example.com.")}},
+	})
+	dig := "dig -p " + server
+	var probe strings.Builder
+	probe.WriteString("for i in `seq 1 1`; do ")
+	for _, n := range []string{"kubernetes.default", "no-such-service.default"} {
+		for _, proto := range []string{"notcp", "tcp"} {
+			fmt.Fprintf(&probe, `check="$(%s +%s +noall +answer +search %s A)" && test -n "$check" && echo OK > /results/%s@%s;`, dig, proto, n, proto, n)
+		}
+	}
+	for _, n := range []string{"dns-querier-1.dns-test-service.ns.svc.cluster.local", "dns-querier-1", "no-such-host"} {
+		fmt.Fprintf(&probe, `test -n "$(getent hosts %s)" && echo OK > /results/hosts@%s;`, n, n)
+	}
+	probe.WriteString("sleep 1; done; ")
+	fmt.Fprintf(&probe, "%s +short dns-test-service-3.ns.svc.cluster.local CNAME > /results/cname", dig)
+	want := map[string]string{
+		"notcp@kubernetes.default": "OK\n", "tcp@kubernetes.default": "OK\n",
+		"hosts@dns-querier-1.dns-test-service.ns.svc.cluster.local": "OK\n", "hosts@dns-querier-1": "OK\n",
+		"cname": "foo.example.com.\n",
+	}
+
+	for _, ref := range []string{AgnhostImage, GlibcDNSTestingImage} {
+		root := unpackedImage(t, ref)
+		kubelet := map[string]string{
+			"etc/resolv.conf": "search ns.svc.cluster.local svc.cluster.local cluster.local\nnameserver 127.0.0.1\noptions ndots:5\n",
+			"etc/hosts":       "127.0.0.1\tlocalhost\n10.244.1.5\tdns-querier-1.dns-test-service.ns.svc.cluster.local\tdns-querier-1\n",
+		}
+		for p, content := range kubelet {
+			if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Mkdir(filepath.Join(root, "results"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := inImage(root, "sh", "-c", probe.String()).CombinedOutput(); err != nil {
+			t.Errorf("%s: probe: %v: %s", ref, err, out)
+		}
+		got := map[string]string{}
+		entries, _ := os.ReadDir(filepath.Join(root, "results"))
+		for _, e := range entries {
+			b, _ := os.ReadFile(filepath.Join(root, "results", e.Name()))
+			got[e.Name()] = string(b)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: probe results %q, want %q", ref, got, want)
+		}
+	}
+}
+
+// TestNginxServesOnPort80 runs the nginx image's command in its layer and
+// asks it for a page on port 80 (of this host: skipped when taken), and
+// finds the request in its standard output, where kubectl logs reads.
+func TestNginxServesOnPort80(t *testing.T) {
+	ln, err := net.Listen("tcp", ":80")
+	if err != nil {
+		t.Skipf("port 80 is taken: %v", err)
+	}
+	ln.Close()
+	root := unpackedImage(t, NginxImage)
+	im := imageByRef(t, NginxImage)
+	cmd := inImage(root, im.cfg.Cmd...)
+	cmd.Env = im.cfg.Env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	// stop ends nginx (its master quits on SIGTERM, and its workers with
+	// it); its output is whole once it has.
+	stop := func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	defer stop()
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	var body string
+	for start := time.Now(); body == "" && time.Since(start) < 10*time.Second; {
+		select {
+		case <-done:
+			t.Fatalf("nginx exited: %s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		resp, err := client.Get("http://127.0.0.1:80/")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = resp.Status + "\n" + string(b)
+	}
+	stop()
+	if !strings.HasPrefix(body, "200 OK\n") || !strings.Contains(body, "Welcome to nginx!") {
+		t.Errorf("GET / from nginx: %q; its output: %s", body, out.String())
+	}
+	if !strings.Contains(out.String(), `"GET / HTTP/1.1" 200`) {
+		t.Errorf("nginx's output lacks the request (access log to stdout): %s", out.String())
+	}
+}
+
+type dnsRecord struct {
+	typ  dnsmessage.Type
+	body dnsmessage.ResourceBody
+}
+
+// dnsServer answers questions for records on a loopback port, over UDP and
+// TCP, with NXDOMAIN for names it does not hold, and returns the port.
+func dnsServer(t *testing.T, records map[string]dnsRecord) string {
+	answer := func(query []byte) []byte {
+		var p dnsmessage.Parser
+		h, err := p.Start(query)
+		if err != nil {
+			return nil
+		}
+		q, err := p.Question()
+		if err != nil {
+			return nil
+		}
+		resp := dnsmessage.Message{
+			Header:    dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired, RecursionAvailable: true},
+			Questions: []dnsmessage.Question{q},
+		}
+		r, ok := records[strings.ToLower(q.Name.String())]
+		if !ok {
+			resp.RCode = dnsmessage.RCodeNameError
+		} else if r.typ == q.Type {
+			resp.Answers = []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 30}, Body: r.body}}
+		}
+		b, _ := resp.Pack()
+		return b
+	}
+	for range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			pc.Close()
+			continue
+		}
+		t.Cleanup(func() { pc.Close(); ln.Close() })
+		go func() {
+			buf := make([]byte, 65535)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = pc.WriteTo(answer(buf[:n]), from)
+			}
+		}()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					for {
+						var n uint16
+						if binary.Read(c, binary.BigEndian, &n) != nil {
+							return
+						}
+						query := make([]byte, n)
+						if _, err := io.ReadFull(c, query); err != nil {
+							return
+						}
+						resp := answer(query)
+						_, _ = c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(resp))), resp...))
+					}
+				}()
+			}
+		}()
+		return port
+	}
+	t.Fatal("no loopback port free for both UDP and TCP")
+	return ""
+}
+
+// unpackedImage builds the layer of the image ref names (static busybox
+// stands in for pause and agnhost) and unpacks it in a directory, with
+// /proc and /dev to mount for inImage. It needs root.
+func unpackedImage(t *testing.T, ref string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: chroot into the image layer")
+	}
+	layer, err := imageByRef(t, ref).layer.build(DiskOptions{Tools: fakeTools(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := untar(layer, root); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"proc", "dev"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// inImage runs argv chrooted in root as a container would run it: with
+// /proc (busybox's shell execs its applets through /proc/self/exe) and
+// /dev (/dev/stdout), mounted in a mount namespace of its own.
+func inImage(root string, argv ...string) *exec.Cmd {
+	script := `mount -t proc proc "$1/proc" && mount --bind /dev "$1/dev" && r=$1 && shift && exec chroot "$r" "$@"`
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh", root}, argv...)...)
+	cmd.Env = pathEnv
+	return cmd
+}
+
+func imageByRef(t *testing.T, ref string) containerImage {
+	for _, im := range containerImages {
+		if im.ref == ref {
+			return im
+		}
+	}
+	t.Fatalf("no image %s", ref)
+	return containerImage{}
+}
+
+// fakeTools is a tools directory where static busybox stands in for pause
+// and agnhost: only the images' other programs run.
+func fakeTools(t *testing.T) string {
+	tools := t.TempDir()
+	for _, n := range []string{"pause", "agnhost"} {
+		if err := copyFile(DefaultBusybox, filepath.Join(tools, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tools
 }
 
 func copyFile(src, dst string) error {

@@ -86,9 +86,9 @@ func seedContainerd(ctx context.Context, tools, images, root string) error {
 	if err != nil {
 		return fmt.Errorf("ctr images list: %w: %s", err, out)
 	}
-	for _, want := range []string{PauseImage, AgnhostImage} {
-		if !strings.Contains(string(out), want) {
-			return fmt.Errorf("seeded containerd lacks %s (has: %s)", want, out)
+	for _, im := range containerImages {
+		if !strings.Contains(string(out), im.ref) {
+			return fmt.Errorf("seeded containerd lacks %s (has: %s)", im.ref, out)
 		}
 	}
 	return stop()
