@@ -127,6 +127,9 @@ func TestNetworkXMLPerFamily(t *testing.T) {
 				v4.DHCP.Ranges[0].Start != "10.123.0.100" || v4.DHCP.Ranges[0].End != "10.123.0.199" {
 				t.Errorf("IPv4 <ip> %+v", v4)
 			}
+			if n.DnsmasqOptions == nil || !slices.ContainsFunc(n.DnsmasqOptions.Option, func(o libvirtxml.NetworkDnsmasqOption) bool { return o.Value == "no-ping" }) {
+				t.Errorf("dnsmasq pings an address before leasing it from the range (no no-ping option):\n%s", x)
+			}
 			if !f.HasIPv6() {
 				return
 			}
