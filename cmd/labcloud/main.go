@@ -555,7 +555,8 @@ timestamp and a summary, and removes the Services it made.`,
 }
 
 func e2eCmd(dir *string) *cobra.Command {
-	opts := conformance.Options{Focus: conformance.DefaultFocus, Skip: conformance.DefaultSkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour, Parallel: conformance.DefaultParallel}
+	opts := conformance.Options{Focus: conformance.DefaultFocus, Skip: conformance.DefaultSkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour,
+		Parallel: conformance.DefaultParallel, Isolate: conformance.DefaultIsolate}
 	cmd := &cobra.Command{
 		Use:   "e2e",
 		Short: "Run Kubernetes' own LoadBalancer e2e tests (e2e.test) against the running lab; writes JUnit",
@@ -563,13 +564,15 @@ func e2eCmd(dir *string) *cobra.Command {
 in a client namespace (labcloud-e2e, 10.124.0.2, and fd00:10:124::2 on an IPv6 or dual lab) joined to the lab's namespace by a veth
 pair: VIPs, NodePorts, node and pod addresses are reachable there, from an address outside
 the nodes' subnet, as the source-IP tests of externalTrafficPolicy Local require.
+The tests run in --parallel processes under Ginkgo's runner; those --isolate selects run
+first, beside each other only.
 It writes junit_01.xml and e2e.log into --junit-dir, prints every selected test with its
 outcome and time, and ends with "N passed, N failed, N skipped"; it exits non-zero when a
 test fails. The default focus and skip are explained in docs/conformance.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(regexpFlag("--focus", opts.Focus), regexpFlag("--skip", opts.Skip),
-				positiveDuration("--timeout", opts.Timeout), outputDir("--junit-dir", opts.ReportDir), positive("--parallel", opts.Parallel)); err != nil {
+				positiveDuration("--timeout", opts.Timeout), outputDir("--junit-dir", opts.ReportDir), positive("--parallel", opts.Parallel), regexpFlag("--isolate", opts.Isolate)); err != nil {
 				return err
 			}
 			if err := requireRoot(); err != nil {
@@ -595,5 +598,6 @@ test fails. The default focus and skip are explained in docs/conformance.md.`,
 	cmd.Flags().StringVar(&opts.ReportDir, "junit-dir", opts.ReportDir, "directory for junit_01.xml, e2e.log and the tests' output")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", opts.Timeout, "time limit of the whole suite")
 	cmd.Flags().IntVar(&opts.Parallel, "parallel", opts.Parallel, "how many e2e.test processes share the tests (Ginkgo's --procs); 1 runs them one after the other")
+	cmd.Flags().StringVar(&opts.Isolate, "isolate", opts.Isolate, "regular expression of the selected tests to run first, beside each other only (with --parallel above 1; empty: none); the default is the rolling-update tests, which count dropped requests")
 	return cmd
 }

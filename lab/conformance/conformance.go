@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -70,7 +72,10 @@ type Options struct {
 	// Parallel is how many e2e.test processes share the specs (Ginkgo's
 	// --procs); 1 runs them one after the other.
 	Parallel int
-	Out      io.Writer
+	// Isolate selects tests to run first, beside each other only (when
+	// Parallel > 1); empty: none.
+	Isolate string
+	Out     io.Writer
 }
 
 // DefaultParallel runs three processes: the default focus's two
@@ -117,16 +122,20 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 			return nil, fmt.Errorf("%s: %w (run make tools)", filepath.Base(b), err)
 		}
 	}
-	focus, skip, err := compileFilters(opts.Focus, opts.Skip)
+	if _, _, err := compileFilters(opts.Focus, opts.Skip); err != nil {
+		return nil, err
+	}
+	phases, err := plan(ctx, bin, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.ReportDir, 0o755); err != nil {
-		return nil, fmt.Errorf("report dir: %w", err)
-	}
-	junit := filepath.Join(opts.ReportDir, "junit_01.xml")
-	if err := os.Remove(junit); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove the previous report: %w", err)
+	for _, ph := range phases {
+		if err := os.MkdirAll(ph.ReportDir, 0o755); err != nil {
+			return nil, fmt.Errorf("report dir: %w", err)
+		}
+		if err := os.Remove(filepath.Join(ph.ReportDir, "junit_01.xml")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove the previous report: %w", err)
+		}
 	}
 	logPath := filepath.Join(opts.ReportDir, "e2e.log")
 	logFile, err := os.Create(logPath)
@@ -149,42 +158,69 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 		return nil, fmt.Errorf("e2e client namespace: %w", err)
 	}
 
-	args := args(st, bin, opts)
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", E2ENetns, ginkgo}, args...)...)
-	cmd.Dir = opts.ReportDir
-	// kubectl (exec into pods) from the lab's tools; e2e.test runs it by name.
-	cmd.Env = append(os.Environ(), "PATH="+st.Tools+":"+os.Getenv("PATH"), "KUBECONFIG="+st.Kubeconfig)
-	cmd.Stdout = io.MultiWriter(opts.Out, logFile)
-	cmd.Stderr = cmd.Stdout
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // Ginkgo cleans up on SIGINT
-	cmd.WaitDelay = 2 * time.Minute
-	logger.Info("Running e2e.test", "netns", E2ENetns, "args", args)
 	client := e2eClientAddr
 	if st.IPFamily.HasIPv6() {
 		client += ", " + e2eClientAddr6
 	}
-	fmt.Fprintf(opts.Out, "running in namespace %s (%s): %s %s\n", E2ENetns, client, ginkgo, strings.Join(args, " "))
-	start := time.Now()
-	runErr := cmd.Run()
-	wall := time.Since(start)
-
-	data, err := os.ReadFile(junit)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("e2e.test wrote no report (log in %s): %w", logPath, err), runErr)
+	out := io.MultiWriter(opts.Out, logFile)
+	deadline := time.Now().Add(cmp.Or(opts.Timeout, 3*time.Hour))
+	var results []*Result
+	var runErrs []error
+	for i, ph := range phases {
+		if len(phases) > 1 {
+			fmt.Fprintf(out, "run %d of %d: %d processes, report in %s\n", i+1, len(phases), ph.Parallel, ph.ReportDir)
+		}
+		ph.Timeout = time.Until(deadline)
+		args := args(st, bin, ph)
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", E2ENetns, ginkgo}, args...)...)
+		cmd.Dir = ph.ReportDir
+		// kubectl (exec into pods) from the lab's tools; e2e.test runs it by name.
+		cmd.Env = append(os.Environ(), "PATH="+st.Tools+":"+os.Getenv("PATH"), "KUBECONFIG="+st.Kubeconfig)
+		cmd.Stdout, cmd.Stderr = out, out
+		// Ginkgo's runner leaves an interrupt to its processes, as a
+		// terminal's Ctrl-C reaches them all: signal the whole group. They
+		// clean up on SIGINT.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
+		cmd.WaitDelay = 2 * time.Minute
+		logger.Info("Running e2e.test", "netns", E2ENetns, "args", args)
+		fmt.Fprintf(opts.Out, "running in namespace %s (%s): %s %s\n", E2ENetns, client, ginkgo, strings.Join(args, " "))
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			runErrs = append(runErrs, fmt.Errorf("e2e.test: %w (log %s)", err, logPath))
+		}
+		res, err := readReport(ph)
+		if err != nil {
+			return nil, errors.Join(append(runErrs, fmt.Errorf("%w (log in %s)", err, logPath))...)
+		}
+		res.Wall = time.Since(start)
+		results = append(results, res)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	res, err = ParseJUnit(data, focus, skip)
-	if err != nil {
-		return nil, err
-	}
-	res.Wall = wall
+	res = results[0].merge(results[1:]...)
 	res.Write(opts.Out)
 	switch {
 	case res.Failed > 0:
-		return res, fmt.Errorf("%d of %d tests failed (report %s, log %s)", res.Failed, res.Passed+res.Failed, junit, logPath)
-	case runErr != nil:
-		return res, fmt.Errorf("e2e.test: %w (log %s)", runErr, logPath)
+		return res, fmt.Errorf("%d of %d tests failed (report %s, log %s)", res.Failed, res.Passed+res.Failed, opts.ReportDir, logPath)
+	case len(runErrs) > 0:
+		return res, errors.Join(runErrs...)
 	}
 	return res, nil
+}
+
+// readReport reads the JUnit report of one run of Ginkgo's runner.
+func readReport(ph Options) (*Result, error) {
+	data, err := os.ReadFile(filepath.Join(ph.ReportDir, "junit_01.xml"))
+	if err != nil {
+		return nil, fmt.Errorf("e2e.test wrote no report: %w", err)
+	}
+	focus, skip, err := compileFilters(ph.Focus, ph.Skip)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJUnit(data, focus, skip)
 }
 
 // setupClient makes clientNetns, joined to the lab's namespace labNetns by

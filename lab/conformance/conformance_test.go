@@ -157,28 +157,7 @@ func TestE2EArgs(t *testing.T) {
 // tests of LoadBalancer Services, and the cloud Node test listed as left
 // out.
 func TestE2EDefaultSelection(t *testing.T) {
-	tools, err := controlplane.FindTools()
-	if err != nil {
-		t.Skipf("no tools: %v", err)
-	}
-	bin := filepath.Join(tools, "e2e.test")
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no e2e.test: %v", err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--ginkgo.dry-run", "--ginkgo.no-color", "--report-dir="+dir, "--kubeconfig=/nonexistent",
-		"--ginkgo.focus="+DefaultFocus, "--ginkgo.skip="+DefaultSkip)
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("e2e.test dry run: %v\n%s", err, out[max(0, len(out)-2000):])
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "junit_01.xml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := ParseJUnit(data, regexp.MustCompile(DefaultFocus), regexp.MustCompile(DefaultSkip))
+	res, err := dryRun(context.Background(), e2eTestBin(t), Options{Focus: DefaultFocus, Skip: DefaultSkip})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,4 +274,18 @@ func TestSkipFor(t *testing.T) {
 			}
 		}
 	}
+}
+
+// e2eTestBin is the tools' e2e.test; the test skips without it.
+func e2eTestBin(t *testing.T) string {
+	t.Helper()
+	tools, err := controlplane.FindTools()
+	if err != nil {
+		t.Skipf("no tools: %v", err)
+	}
+	bin := filepath.Join(tools, "e2e.test")
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no e2e.test: %v", err)
+	}
+	return bin
 }
