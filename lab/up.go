@@ -208,8 +208,8 @@ func (u *upRun) repo() string {
 // ensureTools finds the control-plane binaries, building them from the
 // module proxy (hack/build-tools.sh) when they are missing.
 func ensureTools(ctx context.Context, repo string, out io.Writer) (string, error) {
-	// A cache built before CoreDNS joined the tools lacks only that.
-	if d, err := controlplane.FindTools(); err == nil && isFile(filepath.Join(d, "coredns")) {
+	// A cache built before CoreDNS and Ginkgo's runner joined lacks those.
+	if d, err := controlplane.FindTools(); err == nil && isFile(filepath.Join(d, "coredns")) && isFile(filepath.Join(d, "ginkgo")) {
 		return d, nil
 	}
 	script := filepath.Join(repo, "hack", "build-tools.sh")
