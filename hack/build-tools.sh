@@ -59,6 +59,13 @@ if [ ! -x "$out/pause" ]; then
   gcc -Os -static -Wall -Werror -DVERSION="$pause_version" -o "$out/pause.tmp" "$kdir/build/pause/linux/pause.c"
   strip "$out/pause.tmp" && mv "$out/pause.tmp" "$out/pause"
 fi
+if [ ! -f "$out/porter/localhost.key" ]; then
+  # agnhost porter's TLS pair, which upstream's agnhost image carries at /.
+  kdir=$(cd "$here/tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+  mkdir -p "$out/porter"
+  cp "$kdir/test/images/agnhost/porter/localhost.crt" "$kdir/test/images/agnhost/porter/localhost.key" "$out/porter/"
+  chmod 0644 "$out/porter/localhost.crt" "$out/porter/localhost.key"
+fi
 mapfile -t todo < <(missing github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr)
 if [ ${#todo[@]} -gt 0 ]; then

@@ -31,7 +31,7 @@ const (
 )
 
 // imagesVersion changes whenever an image recipe changes (part of the disk key).
-const imagesVersion = "pause+agnhost+glibc-dns-testing+nginx/6"
+const imagesVersion = "pause+agnhost+glibc-dns-testing+nginx/7"
 
 // containerImage is one image of the node disk: its archive's file name,
 // its reference, what its one layer holds and how it runs.
@@ -63,6 +63,7 @@ var containerImages = []containerImage{
 // layerRecipe is what an image layer holds.
 type layerRecipe struct {
 	tools    []string          // static programs hack/build-tools.sh builds, at /
+	toolData []string          // files hack/build-tools.sh copies, at / by their base name
 	busybox  bool              // Debian's static busybox with its applets
 	programs map[string]string // path in the image: host program, with its shared libraries
 	links    map[string]string // path: target
@@ -82,8 +83,10 @@ var pauseRecipe = layerRecipe{tools: []string{"pause"}}
 // agnhost has bind-tools) and getent, which reads the kubelet's /etc/hosts
 // through glibc.
 var agnhostRecipe = layerRecipe{
-	tools:   []string{"agnhost"},
-	busybox: true,
+	tools: []string{"agnhost"},
+	// porter's TLS pair, read from its working directory.
+	toolData: []string{"porter/localhost.crt", "porter/localhost.key"},
+	busybox:  true,
 	programs: map[string]string{
 		"/usr/bin/curl":   "/usr/bin/curl",
 		"/usr/bin/wget":   "/usr/bin/wget",
@@ -190,6 +193,11 @@ func (r *layerRecipe) build(opts DiskOptions) ([]byte, error) {
 		}
 		if err := l.hostFile(t, p, 0o755); err != nil {
 			return nil, err
+		}
+	}
+	for _, t := range r.toolData {
+		if err := l.hostFile(path.Base(t), filepath.Join(opts.Tools, t), 0o644); err != nil {
+			return nil, fmt.Errorf("%w (run hack/build-tools.sh)", err)
 		}
 	}
 	if r.busybox {

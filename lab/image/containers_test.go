@@ -82,6 +82,14 @@ func TestImagesUnderUpstreamNames(t *testing.T) {
 				t.Errorf("%s: /%s is not an executable program: %v", im.ref, p, err)
 			}
 		}
+		if im.ref == AgnhostImage {
+			// porter serves TLS with the pair in its working directory, /.
+			for _, f := range []string{"localhost.crt", "localhost.key"} {
+				if b, err := os.ReadFile(filepath.Join(root, f)); err != nil || string(b) != "fake "+f {
+					t.Errorf("%s: /%s is not porter's: %q, %v", im.ref, f, b, err)
+				}
+			}
+		}
 	}
 	if digests[GlibcDNSTestingImage] != digests[AgnhostImage] {
 		t.Errorf("glibc-dns-testing's layer %s is not agnhost's %s: nodes would hold dig twice", digests[GlibcDNSTestingImage], digests[AgnhostImage])
@@ -407,11 +415,20 @@ func imageByRef(t *testing.T, ref string) containerImage {
 }
 
 // fakeTools is a tools directory where static busybox stands in for pause
-// and agnhost: only the images' other programs run.
+// and agnhost, beside a stand-in for porter's TLS pair: only the images'
+// other programs run.
 func fakeTools(t *testing.T) string {
 	tools := t.TempDir()
 	for _, n := range []string{"pause", "agnhost"} {
 		if err := copyFile(DefaultBusybox, filepath.Join(tools, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(tools, "porter"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"localhost.crt", "localhost.key"} {
+		if err := os.WriteFile(filepath.Join(tools, "porter", f), []byte("fake "+f), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
