@@ -555,7 +555,7 @@ timestamp and a summary, and removes the Services it made.`,
 }
 
 func e2eCmd(dir *string) *cobra.Command {
-	opts := conformance.Options{Focus: conformance.DefaultFocus, Skip: conformance.DefaultSkip, ReportDir: "labcloud-e2e", Timeout: 3 * time.Hour,
+	opts := conformance.Options{Focus: conformance.DefaultFocus, Skip: conformance.DefaultSkip, ReportDir: "labcloud-e2e", Timeout: conformance.DefaultTimeout,
 		Parallel: conformance.DefaultParallel, Isolate: conformance.DefaultIsolate}
 	cmd := &cobra.Command{
 		Use:   "e2e",

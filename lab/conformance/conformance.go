@@ -78,10 +78,13 @@ type Options struct {
 	Out     io.Writer
 }
 
-// DefaultParallel runs three processes: the default focus's two
-// rolling-update tests spend their quarter hour each waiting out pods'
-// grace periods, and run beside each other and beside the rest.
+// DefaultParallel runs three processes: the default focus's Local
+// rolling update spends a quarter hour mostly waiting out pods' grace
+// periods, beside the rest.
 const DefaultParallel = 3
+
+// DefaultTimeout bounds a suite whose Options leave Timeout unset.
+const DefaultTimeout = 3 * time.Hour
 
 // The e2e client's namespace: e2e.test runs there, behind a veth pair into
 // the lab's namespace, from an address outside the nodes' /16. The
@@ -163,14 +166,17 @@ func Run(ctx context.Context, st *lab.State, opts Options) (res *Result, err err
 		client += ", " + e2eClientAddr6
 	}
 	out := io.MultiWriter(opts.Out, logFile)
-	deadline := time.Now().Add(cmp.Or(opts.Timeout, 3*time.Hour))
+	deadline := time.Now().Add(cmp.Or(opts.Timeout, DefaultTimeout))
 	var results []*Result
 	var runErrs []error
 	for i, ph := range phases {
 		if len(phases) > 1 {
 			fmt.Fprintf(out, "run %d of %d: %d processes, report in %s\n", i+1, len(phases), ph.Parallel, ph.ReportDir)
 		}
-		ph.Timeout = time.Until(deadline)
+		if ph.Timeout = time.Until(deadline); ph.Timeout <= 0 {
+			runErrs = append(runErrs, fmt.Errorf("the suite's time ran out before run %d of %d", i+1, len(phases)))
+			break
+		}
 		args := args(st, bin, ph)
 		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", E2ENetns, ginkgo}, args...)...)
 		cmd.Dir = ph.ReportDir
@@ -303,10 +309,7 @@ func run(ctx context.Context, name string, args ...string) error {
 // args is the command line of Ginkgo's runner for the lab: its own flags,
 // the prebuilt suite bin, and e2e.test's flags after "--".
 func args(st *lab.State, bin string, opts Options) []string {
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = 3 * time.Hour
-	}
+	timeout := cmp.Or(opts.Timeout, DefaultTimeout)
 	return []string{
 		fmt.Sprintf("--procs=%d", max(opts.Parallel, 1)),
 		"--focus=" + opts.Focus,
