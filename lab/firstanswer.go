@@ -30,12 +30,28 @@ const FirstAnswerStep = "first answer through a LoadBalancer VIP"
 
 const firstAnswerApp = "labcloud-first-answer"
 
-// firstAnswer runs an agnhost netexec pod behind a LoadBalancer Service and
-// waits until the pod answers through the Service's VIP from this host
-// (the lab's namespace), as a client on the LAN would reach it, then
-// prints when each part of that happened. Both are deleted afterwards.
-func firstAnswer(ctx context.Context, client kubernetes.Interface, out io.Writer) error {
-	start := time.Now()
+// firstAnswerBound is how long the first answer may take once every node
+// is up: a pod's start on a busy TCG node, and the VIP's announcement.
+const firstAnswerBound = 3 * time.Minute
+
+// firstAnswerRun is the first answer's pod and Service, created before
+// the nodes are up (the pod runs on the first node that can take it), and
+// the wait for the pod's answer through the Service's VIP, which starts
+// with them so that the timeline counts from the pod's creation.
+type firstAnswerRun struct {
+	client   kubernetes.Interface
+	pod      *v1.Pod
+	svc      *v1.Service
+	created  time.Time
+	timeline firstAnswerTimeline // the wait's own until done has its result
+	done     chan error
+}
+
+// startFirstAnswer creates an agnhost netexec pod and a LoadBalancer
+// Service in front of it, and starts waiting, up to timeout, for the pod
+// to answer through the VIP from this host (the lab's namespace), as a
+// client on the LAN would reach it. await has the result.
+func startFirstAnswer(ctx context.Context, client kubernetes.Interface, timeout time.Duration) (*firstAnswerRun, error) {
 	labels := map[string]string{"app": firstAnswerApp}
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: firstAnswerApp + "-", Namespace: "default", Labels: labels},
@@ -45,43 +61,72 @@ func firstAnswer(ctx context.Context, client kubernetes.Interface, out io.Writer
 				ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/hostname", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}},
 		},
 	}
-	p, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		return err
+	r := &firstAnswerRun{client: client, created: time.Now(), done: make(chan error, 1)}
+	var err error
+	if r.pod, err = client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return nil, err
 	}
-	defer client.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{})
 	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: firstAnswerApp, Namespace: "default"},
 		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: labels,
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
-	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return err
+	if r.svc, err = client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		r.cleanUp()
+		return nil, err
 	}
-	defer client.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
+	go func() { r.done <- r.wait(ctx, timeout) }()
+	return r, nil
+}
+
+// await returns the wait's result, printing the timeline of an answer,
+// and deletes the pod and the Service.
+func (r *firstAnswerRun) await(out io.Writer) error {
+	defer r.cleanUp()
+	err := <-r.done
+	if err == nil {
+		fmt.Fprintf(out, "           %s\n", r.timeline)
+	}
+	return err
+}
+
+// cleanUp deletes the pod and the Service, whichever exist.
+func (r *firstAnswerRun) cleanUp() {
+	if r.svc != nil {
+		_ = r.client.CoreV1().Services("default").Delete(context.Background(), r.svc.Name, metav1.DeleteOptions{})
+	}
+	_ = r.client.CoreV1().Pods("default").Delete(context.Background(), r.pod.Name, metav1.DeleteOptions{})
+}
+
+// wait polls the pod, the Service and the VIP until the pod answers,
+// noting when each part of that was first seen; on timeout it says what
+// the answer is stuck on.
+func (r *firstAnswerRun) wait(ctx context.Context, timeout time.Duration) error {
+	client, p, svc, tl := r.client, r.pod, r.svc, &r.timeline
 	var vip, got string
-	var tl firstAnswerTimeline
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if cur, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{}); err == nil {
-			tl.sawPod(cur, time.Since(start))
+			tl.sawPod(cur, time.Since(r.created))
 		}
 		if vip == "" {
 			if s, err := client.CoreV1().Services("default").Get(ctx, svc.Name, metav1.GetOptions{}); err == nil && len(s.Status.LoadBalancer.Ingress) > 0 {
 				vip = s.Status.LoadBalancer.Ingress[0].IP
-				tl.vip = time.Since(start)
+				tl.vip = time.Since(r.created)
 			}
 			return false, nil
 		}
-		got = HostnameAt(vip, time.Second)
+		if tl.ready == 0 { // no endpoint to answer yet
+			return false, nil
+		}
+		got = HostnameAt(vip, 500*time.Millisecond)
 		return got == p.Name, nil
 	})
 	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("pod %s not answering through the VIP %q of Service %s after 3 minutes (last answer %q; %s)%s",
-			p.Name, vip, svc.Name, got, tl, whyNoAnswer(ctx, client, p, svc, vip))
+		return fmt.Errorf("pod %s not answering through the VIP %q of Service %s after %s (last answer %q; %s)%s",
+			p.Name, vip, svc.Name, timeout, got, tl, whyNoAnswer(ctx, client, p, svc, vip))
 	}
 	if err == nil {
-		tl.answered = time.Since(start)
-		fmt.Fprintf(out, "           %s\n", tl)
+		tl.answered = time.Since(r.created)
 	}
 	return err
 }

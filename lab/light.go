@@ -162,12 +162,16 @@ func (u *upRun) lightSteps(ctx context.Context, heartbeat time.Duration) []upSte
 }
 
 func (u *upRun) startLightControlPlane(ctx context.Context, simToken string, grace time.Duration) (*controlplane.ControlPlane, kubernetes.Interface, error) {
-	cp, client, err := u.runControlPlane(ctx, controlplane.Options{
+	cp, err := u.newControlPlane(controlplane.Options{
 		Address:               "127.0.0.1",
 		ClusterCIDR:           lightClusterCIDR,
 		Tokens:                []controlplane.Token{{Token: simToken, User: simulatorUser}},
 		ControllerManagerArgs: []string{"--node-monitor-grace-period", grace.String()},
 	})
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := u.runControlPlane(ctx, cp)
 	if err != nil {
 		return nil, nil, err
 	}

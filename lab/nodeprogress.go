@@ -3,6 +3,7 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -102,6 +103,11 @@ func (l labProgress) done() bool {
 		}
 	}
 	return true
+}
+
+// anyDone says whether some node is done.
+func (l labProgress) anyDone() bool {
+	return slices.ContainsFunc(l, nodeProgress.done)
 }
 
 // String counts the nodes at each stage: the progress line of up.

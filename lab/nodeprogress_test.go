@@ -115,6 +115,35 @@ func TestJudgeLab(t *testing.T) {
 	}
 }
 
+// TestAnyDone: the first answer's pod is created once one node is done,
+// and only then; a registered node that is not Ready is not enough.
+func TestAnyDone(t *testing.T) {
+	routes := map[string]string{"10.244.0.0/24": "10.123.0.11", "10.244.1.0/24": "10.123.0.12"}
+	names := []string{"a", "b", "c"}
+	for _, tt := range []struct {
+		name  string
+		nodes []v1.Node
+		want  bool
+	}{
+		{"no Node yet", nil, false},
+		{"registered, not Ready", []v1.Node{labNode("a", []string{"10.244.0.0/24"}, notReady("KubeletNotReady", "PLEG"))}, false},
+		{"Ready, not initialized", []v1.Node{labNode("a", []string{"10.244.0.0/24"}, noProviderID)}, false},
+		{"Ready, unrouted", []v1.Node{labNode("a", []string{"10.244.7.0/24"})}, false},
+		{"one done of three", []v1.Node{labNode("b", []string{"10.244.1.0/24"}), labNode("a", nil)}, true},
+		{"a Node not the lab's", []v1.Node{labNode("other", []string{"10.244.0.0/24"})}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := judgeLab(names, tt.nodes, 1, routes)
+			if got.anyDone() != tt.want {
+				t.Errorf("anyDone() = %v, want %v (%s)", got.anyDone(), tt.want, got)
+			}
+			if got.done() {
+				t.Errorf("done() with at most one of three nodes: %s", got)
+			}
+		})
+	}
+}
+
 // TestJudgeLabNamesOnlyTheLabsNodes: a Node that is none of the lab's
 // counts for nothing, and nodes are judged in the lab's order.
 func TestJudgeLabNamesOnlyTheLabsNodes(t *testing.T) {

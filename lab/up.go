@@ -153,20 +153,34 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 	if len(u.st.Hosts) > 1 {
 		steps = append(steps, upStep{fmt.Sprintf("hosts 2-%d: namespace, libvirtd, network", len(u.st.Hosts)), func() error { return u.startOtherHosts(ctx) }})
 	}
+	// The guests boot while the control plane starts: a TCG guest needs
+	// longer to boot than the API server to start, and its kubelet retries.
 	steps = append(steps, []upStep{
+		{"control plane credentials", func() (err error) { cp, err = u.prepareControlPlane(); return err }},
+		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
 		{"etcd, kube-apiserver, kube-controller-manager, kube-scheduler", func() (err error) {
-			cp, client, err = u.startControlPlane(ctx)
+			client, err = u.runControlPlane(ctx, cp)
 			return err
 		}},
 	}...)
 	steps = append(steps, u.forwarderStep(ctx)...)
+	// The first answer's pod starts on the first node up while the others
+	// come up. It is created once that node is: a pod created before any
+	// Node existed was retried by the scheduler 30 s later, not when the
+	// nodes came.
+	var fa *firstAnswerRun
+	nodesWait := opts.waitFor(opts.Nodes)
 	return append(steps, []upStep{
 		{"cluster DNS (CoreDNS)", func() error { return u.startDNS(ctx, cp, client) }},
 		{"LAN router (FRR, BGP)", func() error { return u.startRouter(ctx) }},
 		{"libvirt-cloud-controller-manager", func() error { return u.startCCM(ctx, cp, client, ccmBin) }},
-		{fmt.Sprintf("boot %d guests", opts.Nodes), func() error { return u.bootGuests(cp, art, disk) }},
-		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, opts.waitFor(opts.Nodes), opts.Out) }},
-		{FirstAnswerStep, func() error { return firstAnswer(ctx, client, opts.Out) }},
+		{"a first node registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, nodesWait, opts.Out, labProgress.anyDone) }},
+		{"first answer's pod and LoadBalancer Service", func() (err error) {
+			fa, err = startFirstAnswer(ctx, client, nodesWait+firstAnswerBound)
+			return err
+		}},
+		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, nodesWait, opts.Out, labProgress.done) }},
+		{FirstAnswerStep, func() error { return fa.await(opts.Out) }},
 	}...)
 }
 
@@ -278,7 +292,10 @@ func spreadPerConnection(f IPFamily) error {
 	return os.WriteFile("/proc/sys/net/ipv6/fib_multipath_hash_policy", []byte("1"), 0o644)
 }
 
-func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPlane, kubernetes.Interface, error) {
+// prepareControlPlane makes the tokens of the nodes, kube-proxy and
+// CoreDNS, and the lab's control plane with its credentials, not running
+// yet: the guests boot with them while it starts.
+func (u *upRun) prepareControlPlane() (*controlplane.ControlPlane, error) {
 	var tokens []controlplane.Token
 	for i := 1; i <= u.opts.Nodes; i++ {
 		tokens = append(tokens, controlplane.Token{Token: controlplane.NewToken(), User: "system:node:" + nodeName(i), Groups: []string{"system:nodes"}})
@@ -288,7 +305,7 @@ func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPla
 	u.dnsToken = controlplane.NewToken()
 	tokens = append(tokens, controlplane.Token{Token: u.proxyToken, User: "system:kube-proxy"}, controlplane.Token{Token: u.dnsToken, User: dnsUser})
 	a := u.st.IPFamily.addressing()
-	return u.runControlPlane(ctx, controlplane.Options{
+	return u.newControlPlane(controlplane.Options{
 		Address: a.apiAddress, AltIPs: []string{Gateway, Gateway6},
 		ClusterCIDR: strings.Join(a.clusterCIDRs, ","), NodeCIDRMaskSizeIPv6: nodeMaskSize6,
 		ServiceCIDR: strings.Join(a.serviceCIDRs, ","),
@@ -296,36 +313,34 @@ func (u *upRun) startControlPlane(ctx context.Context) (*controlplane.ControlPla
 	})
 }
 
-// runControlPlane starts the lab's control plane as daemons (opts gives
-// the address, CIDRs, tokens; the rest is the lab's), records it in the
-// state, and applies examples/rbac.yaml.
-func (u *upRun) runControlPlane(ctx context.Context, opts controlplane.Options) (*controlplane.ControlPlane, kubernetes.Interface, error) {
+// newControlPlane is the lab's control plane as opts describe it (the
+// address, CIDRs, tokens; the rest is the lab's), its credentials written.
+func (u *upRun) newControlPlane(opts controlplane.Options) (*controlplane.ControlPlane, error) {
 	opts.Tools, opts.Dir, opts.Port, opts.Daemon = u.st.Tools, filepath.Join(u.st.Dir, "controlplane"), APIPort, true
-	cp, err := controlplane.Start(ctx, opts)
-	for _, p := range cpProcesses(cp) {
+	return controlplane.New(opts)
+}
+
+// runControlPlane starts cp's daemons, records them in the state, and
+// applies examples/rbac.yaml.
+func (u *upRun) runControlPlane(ctx context.Context, cp *controlplane.ControlPlane) (kubernetes.Interface, error) {
+	err := cp.Run(ctx)
+	for _, p := range cp.Processes() {
 		u.st.Pids[p.Name] = p.Pid()
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	u.st.Kubeconfig, u.st.APIServer = cp.AdminKube, cp.URL
 	client, err := AdminClient(cp.AdminKube)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(u.st.Tools, "kubectl"), "--kubeconfig", cp.AdminKube, "apply", "-f", "-")
 	cmd.Stdin = bytes.NewReader(examples.RBAC)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("apply examples/rbac.yaml: %w: %s", err, out)
+		return nil, fmt.Errorf("apply examples/rbac.yaml: %w: %s", err, out)
 	}
-	return cp, client, nil
-}
-
-func cpProcesses(cp *controlplane.ControlPlane) []*controlplane.Process {
-	if cp == nil {
-		return nil
-	}
-	return cp.Processes()
+	return client, nil
 }
 
 func AdminClient(kubeconfig string) (kubernetes.Interface, error) {
@@ -445,11 +460,11 @@ func silentConsoles(guests map[string]guest.Guest, deadline time.Time, poll time
 	}
 }
 
-// waitLab waits up to timeout until every lab node is Ready and
-// initialized by the CCM (providerID), has a pod CIDR, and its route is on
-// the bridge, printing progress as it changes. On timeout it names, per
-// node not done, what that node lacks.
-func waitLab(ctx context.Context, client kubernetes.Interface, st *State, timeout time.Duration, out io.Writer) error {
+// waitLab waits up to timeout until enough of the lab's nodes are done
+// (Ready and initialized by the CCM (providerID), with a pod CIDR whose
+// route is on the bridge), printing progress as it changes. On timeout it
+// names, per node not done, what that node lacks.
+func waitLab(ctx context.Context, client kubernetes.Interface, st *State, timeout time.Duration, out io.Writer, enough func(labProgress) bool) error {
 	var (
 		last    labProgress // from the last check that could read everything
 		lastErr error       // of the last check, nil when it could
@@ -464,11 +479,11 @@ func waitLab(ctx context.Context, client kubernetes.Interface, st *State, timeou
 		} else {
 			last = p
 		}
-		if msg != printed && (lastErr != nil || !p.done()) {
+		if msg != printed && (lastErr != nil || !enough(p)) {
 			fmt.Fprintf(out, "           waiting: %s\n", msg)
 		}
 		printed = msg
-		return lastErr == nil && p.done(), nil
+		return lastErr == nil && enough(p), nil
 	})
 	if err != nil && ctx.Err() == nil {
 		return labTimeoutError(timeout, last, lastErr)

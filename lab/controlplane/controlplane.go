@@ -84,10 +84,20 @@ func NewToken() string {
 	return hex.EncodeToString(b)
 }
 
-// Start starts etcd, kube-apiserver and (when ClusterCIDR or
-// ControllerManagerArgs are set, or always when kcm is present)
-// kube-controller-manager, and waits until the API server is ready.
+// Start prepares the control plane (New) and runs it (Run).
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	cp, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	return cp, cp.Run(ctx)
+}
+
+// New checks opts and writes what the control plane's processes read:
+// certificates, keys, static tokens and an admin kubeconfig. URL, CAData
+// and AdminKube are set, so clients (a booting node) can be configured
+// before anything listens.
+func New(opts Options) (*ControlPlane, error) {
 	if opts.Address == "" {
 		opts.Address = "127.0.0.1"
 	}
@@ -100,6 +110,9 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.NodeCIDRMaskSizeIPv6 == 0 {
 		opts.NodeCIDRMaskSizeIPv6 = 64
 	}
+	if opts.Port == 0 {
+		opts.Port = freePort()
+	}
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(opts.Tools, b)); err != nil {
 			return nil, fmt.Errorf("control plane binary %s missing in %q (run make tools): %w", b, opts.Tools, err)
@@ -109,30 +122,36 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	cp := &ControlPlane{opts: opts}
+	return cp, cp.writeCredentials()
+}
+
+// Run starts etcd, kube-apiserver, kube-controller-manager and, when
+// asked, kube-scheduler, and waits until the API server is ready. On an
+// error it stops what it started.
+func (cp *ControlPlane) Run(ctx context.Context) error {
 	ok := false
 	defer func() {
 		if !ok {
 			cp.Stop()
 		}
 	}()
-
 	etcdURL, err := cp.startEtcd(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := cp.startAPIServer(ctx, etcdURL); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cp.startControllerManager(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if opts.Scheduler {
+	if cp.opts.Scheduler {
 		if err := cp.startScheduler(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	ok = true
-	return cp, nil
+	return nil
 }
 
 func (cp *ControlPlane) path(name string) string { return filepath.Join(cp.opts.Dir, name) }
@@ -155,11 +174,10 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) (string, error) {
 	return clientURL, waitHTTP(ctx, p, clientURL+"/health", nil, 30*time.Second)
 }
 
-func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) error {
-	port := cp.opts.Port
-	if port == 0 {
-		port = freePort()
-	}
+// writeCredentials issues the cluster CA and the API server's serving and
+// client certificates, the service-account key, the static tokens (an
+// admin's among them) and the admin kubeconfig.
+func (cp *ControlPlane) writeCredentials() error {
 	ip := net.ParseIP(cp.opts.Address)
 	if ip == nil {
 		return fmt.Errorf("control plane address %q is not an IP", cp.opts.Address)
@@ -222,12 +240,13 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 			return err
 		}
 	}
-	cp.URL = fmt.Sprintf("https://%s", net.JoinHostPort(cp.opts.Address, strconv.Itoa(port)))
+	cp.URL = fmt.Sprintf("https://%s", net.JoinHostPort(cp.opts.Address, strconv.Itoa(cp.opts.Port)))
 	cp.AdminKube = cp.path("admin.kubeconfig")
-	if err := cp.WriteKubeconfig(cp.AdminKube, "labcloud-admin", admin); err != nil {
-		return err
-	}
-	p, err := cp.start(ctx, "kube-apiserver", append(cp.apiServerArgs(etcdURL, port), cp.opts.APIServerArgs...)...)
+	return cp.WriteKubeconfig(cp.AdminKube, "labcloud-admin", admin)
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) error {
+	p, err := cp.start(ctx, "kube-apiserver", append(cp.apiServerArgs(etcdURL, cp.opts.Port), cp.opts.APIServerArgs...)...)
 	if err != nil {
 		return err
 	}
