@@ -22,7 +22,7 @@ import (
 // guest (the host's page cache holds it once), with everything a kubeadm node
 // runs: kubelet, kube-proxy, containerd and its runc shim, runc, iptables, the
 // CNI plugins, the kernel's modules, lab-node, and the container images pods
-// need (imported into a containerd root on the disk, copied at boot, so
+// need (imported into a containerd root on the disk, mounted at boot, so
 // nothing is ever pulled). The
 // boot initramfs mounts it under a tmpfs overlay and switches to it.
 

@@ -14,9 +14,10 @@ import (
 )
 
 // SeedDir is where the root disk keeps a containerd root with the images
-// already imported and unpacked; a node copies it into its tmpfs
-// /var/lib/containerd at boot: far faster under TCG than importing the
-// images there (hashing and unpacking them in emulation).
+// already imported and unpacked; at boot a node copies its small state
+// into its tmpfs /var/lib/containerd and mounts the content blobs and
+// unpacked layers from here (lab-init's rc): far faster under TCG than
+// importing the images there (hashing and unpacking them in emulation).
 const SeedDir = "/var/lib/containerd-seed"
 
 // seedContainerd runs the built containerd on the host with root dir, imports
