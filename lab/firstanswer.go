@@ -1,26 +1,23 @@
 package lab
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/labcloud/labcloud/lab/explain"
 	"github.com/labcloud/labcloud/lab/image"
 )
 
@@ -176,77 +173,12 @@ func whyNoAnswer(ctx context.Context, client kubernetes.Interface, pod *v1.Pod, 
 	if cur, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
 		line += err.Error()
 	} else {
-		line += podState(cur) + "; " + latestWarning(ctx, client, cur.Namespace, "Pod", cur.Name, cur.UID)
+		line += explain.PodState(cur) + "; " + explain.LatestWarning(ctx, client, cur.Namespace, "Pod", cur.Name, cur.UID)
 	}
 	if vip != "" {
 		return line
 	}
-	return line + "\n  Service " + svc.Name + ": no VIP; " + latestWarning(ctx, client, svc.Namespace, "Service", svc.Name, "")
-}
-
-// podState is the pod's phase and, for each container not running yet,
-// the reason it waits (its message, if any, is in the pod's events).
-func podState(p *v1.Pod) string {
-	out := []string{cmp.Or(string(p.Status.Phase), "no phase yet")}
-	for _, c := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
-		if w := c.State.Waiting; w != nil {
-			out = append(out, fmt.Sprintf("container %s waiting: %s", c.Name, cmp.Or(w.Reason, "no reason given")))
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
-// latestWarning describes the most recent Warning event about the object
-// of that kind and name (and uid, when given) in namespace.
-func latestWarning(ctx context.Context, client kubernetes.Interface, namespace, kind, name string, uid types.UID) string {
-	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name, "type": v1.EventTypeWarning}
-	if uid != "" {
-		sel["involvedObject.uid"] = string(uid)
-	}
-	list, err := client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.AsSelector().String()})
-	if err != nil {
-		return "its events: " + err.Error()
-	}
-	e := newestWarning(list.Items, kind, name, uid)
-	if e == nil {
-		return "no Warning event"
-	}
-	return "last Warning event " + shorten(reasonMessage(e.Reason, e.Message, "with neither reason nor message"), maxReasonLen)
-}
-
-// newestWarning is the most recent Warning event about the object, nil
-// when there is none. It filters as the field selector does: a server (or
-// a fake) that ignored it must not blame the pod for another's event.
-func newestWarning(events []v1.Event, kind, name string, uid types.UID) *v1.Event {
-	var newest *v1.Event
-	for i := range events {
-		e := &events[i]
-		o := e.InvolvedObject
-		if e.Type != v1.EventTypeWarning || o.Kind != kind || o.Name != name || (uid != "" && o.UID != uid) {
-			continue
-		}
-		if newest == nil || eventTime(e).After(eventTime(newest)) {
-			newest = e
-		}
-	}
-	return newest
-}
-
-// eventTime is when the event last happened: the kubelet's core/v1
-// events set LastTimestamp, events.k8s.io ones EventTime and their
-// series' LastObservedTime.
-func eventTime(e *v1.Event) time.Time {
-	t := e.LastTimestamp.Time
-	if e.Series != nil && e.Series.LastObservedTime.After(t) {
-		t = e.Series.LastObservedTime.Time
-	}
-	if e.EventTime.After(t) {
-		t = e.EventTime.Time
-	}
-	if t.IsZero() {
-		t = e.CreationTimestamp.Time
-	}
-	return t
+	return line + "\n  Service " + svc.Name + ": no VIP; " + explain.LatestWarning(ctx, client, svc.Namespace, "Service", svc.Name, "")
 }
 
 // HostnameAt is agnhost netexec's /hostname through vip (an address of

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/labcloud/labcloud/lab/explain"
 )
 
 // event is an event about the object of that kind, name and uid in
@@ -59,8 +61,8 @@ func TestWhyNoAnswer(t *testing.T) {
 		}
 	}
 	_, said, _ := strings.Cut(podLine, "last Warning event ")
-	if !strings.HasSuffix(said, "...") || len(said) > maxReasonLen {
-		t.Errorf("the event is not shortened to %d bytes (%d): %s", maxReasonLen, len(said), said)
+	if !strings.HasSuffix(said, "...") || len(said) > explain.MaxLen {
+		t.Errorf("the event is not shortened to %d bytes (%d): %s", explain.MaxLen, len(said), said)
 	}
 	if want := "  Service labcloud-first-answer: no VIP; last Warning event SyncLoadBalancerFailed: no pool has an address left"; lines[2] != want {
 		t.Errorf("Service line = %q, want %q", lines[2], want)
@@ -82,42 +84,5 @@ func TestWhyNoAnswerWithoutEvents(t *testing.T) {
 	got = whyNoAnswer(context.Background(), fake.NewClientset(), pod, svc, "10.123.0.200")
 	if !strings.Contains(got, `pod p: pods "p" not found`) {
 		t.Errorf("for a pod that is gone, whyNoAnswer = %q", got)
-	}
-}
-
-func TestPodState(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		pod  v1.PodStatus
-		want string
-	}{
-		{"no status yet", v1.PodStatus{}, "no phase yet"},
-		{"running", v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{
-			{Name: "netexec", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}}, "Running"},
-		{"init and main waiting", v1.PodStatus{Phase: v1.PodPending,
-			InitContainerStatuses: []v1.ContainerStatus{{Name: "init", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}},
-			ContainerStatuses:     []v1.ContainerStatus{{Name: "netexec", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{}}}}},
-			"Pending, container init waiting: ImagePullBackOff, container netexec waiting: no reason given"},
-	} {
-		if got := podState(&v1.Pod{Status: tt.pod}); got != tt.want {
-			t.Errorf("%s: podState = %q, want %q", tt.name, got, tt.want)
-		}
-	}
-}
-
-// TestEventTime: events.k8s.io events set EventTime and their series'
-// LastObservedTime, not LastTimestamp; the newest must still win.
-func TestEventTime(t *testing.T) {
-	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	core := event("core", "Pod", "p", "", v1.EventTypeWarning, "Old", "", t0)
-	series := &v1.Event{InvolvedObject: v1.ObjectReference{Kind: "Pod", Name: "p"}, Type: v1.EventTypeWarning, Reason: "New",
-		EventTime: metav1.NewMicroTime(t0.Add(-time.Hour)), Series: &v1.EventSeries{LastObservedTime: metav1.NewMicroTime(t0.Add(time.Minute))}}
-	created := &v1.Event{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(t0.Add(-time.Minute))},
-		InvolvedObject: v1.ObjectReference{Kind: "Pod", Name: "p"}, Type: v1.EventTypeWarning, Reason: "Older"}
-	if e := newestWarning([]v1.Event{*core, *series, *created}, "Pod", "p", ""); e == nil || e.Reason != "New" {
-		t.Errorf("newestWarning = %+v, want the series' event", e)
-	}
-	if e := newestWarning([]v1.Event{*core}, "Service", "p", ""); e != nil {
-		t.Errorf("newestWarning of another kind = %+v, want none", e)
 	}
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // TestImportDirection: arrows point into lab, never out of it. chaos,
-// bench and conformance use lab; lab uses host, guest, relay and the
+// bench and conformance use lab; lab uses host, guest, relay, explain and the
 // pieces it runs, and none of them. Those know nothing of the lab.
 func TestImportDirection(t *testing.T) {
 	const mod = "github.com/labcloud/labcloud/"
@@ -18,6 +18,7 @@ func TestImportDirection(t *testing.T) {
 		"lab/kubeletsim": append([]string{"lab"}, users...),
 		"lab/guest":      append([]string{"lab"}, users...),
 		"lab/relay":      append([]string{"lab"}, users...),
+		"lab/explain":    append([]string{"lab"}, users...),
 		"lab/chaos":      {"lab/bench", "lab/conformance"},
 		"lab/bench":      {"lab/chaos", "lab/conformance"},
 	} {

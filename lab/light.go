@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/explain"
 	"github.com/labcloud/labcloud/provider"
 )
 
@@ -301,7 +302,7 @@ func lightLacks(names []string, nodes []v1.Node) []nodeLacks {
 			continue
 		}
 		var lacks []string
-		if why := notReadyReason(n); why != "" {
+		if why := explain.NodeNotReady(n); why != "" {
 			lacks = append(lacks, "not Ready ("+why+")")
 		}
 		if un := lightUninitialized(n); len(un) > 0 {

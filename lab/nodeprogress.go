@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/labcloud/labcloud/lab/explain"
 )
 
 // What a wait of up says when it times out: per node that is not done,
@@ -37,7 +38,7 @@ func judgeLabNode(name string, n *v1.Node, wantCIDRs int, routes map[string]stri
 		return p
 	}
 	p.registered = true
-	p.notReady = notReadyReason(n)
+	p.notReady = explain.NodeNotReady(n)
 	p.initialized = n.Spec.ProviderID != ""
 	p.podCIDRs = podCIDRs(n)
 	for _, c := range p.podCIDRs {
@@ -187,51 +188,4 @@ func formatLacks(nodes []nodeLacks) string {
 		fmt.Fprintf(&b, "\n  %s: %s", n.node, strings.Join(n.lacks, "; "))
 	}
 	return b.String()
-}
-
-// notReadyReason says why the Node is not Ready: its Ready condition's
-// reason and message, shortened; "" when it is Ready.
-func notReadyReason(n *v1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type != v1.NodeReady {
-			continue
-		}
-		if c.Status == v1.ConditionTrue {
-			return ""
-		}
-		return shorten(reasonMessage(c.Reason, c.Message, "Ready is "+string(c.Status)), maxReasonLen)
-	}
-	return "no Ready condition yet"
-}
-
-// maxReasonLen bounds a condition's or event's message in an error: the
-// cause fits in it, a runtime's whole stack does not.
-const maxReasonLen = 300
-
-// shorten puts s on one line (runs of white space become one space) and
-// cuts it to at most limit bytes, ending in "...", on a rune boundary.
-func shorten(s string, limit int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
-
-// reasonMessage is "reason: message" of a condition or an event, or
-// whichever of them is set, or otherwise when neither is.
-func reasonMessage(reason, message, otherwise string) string {
-	switch {
-	case reason != "" && message != "":
-		return reason + ": " + message
-	case reason != "":
-		return reason
-	case message != "":
-		return message
-	}
-	return otherwise
 }

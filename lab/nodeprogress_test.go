@@ -193,20 +193,3 @@ func TestFormatLacksIsBounded(t *testing.T) {
 		t.Errorf("formatLacks does not end with how many more:%s", got)
 	}
 }
-
-func TestShorten(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		max  int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"two\n  lines\t here ", 100, "two lines here"},
-		{"0123456789abc", 10, "0123456..."},
-		{"ééééé", 8, "éé..."}, // cut on a rune boundary: é is two bytes
-	} {
-		if got := shorten(tt.in, tt.max); got != tt.want {
-			t.Errorf("shorten(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
-		}
-	}
-}
