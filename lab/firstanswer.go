@@ -42,6 +42,7 @@ type firstAnswerRun struct {
 	created  time.Time
 	timeline firstAnswerTimeline // the wait's own until done has its result
 	done     chan error
+	cancel   context.CancelFunc // ends the wait early
 }
 
 // startFirstAnswer creates an agnhost netexec pod and a LoadBalancer
@@ -58,9 +59,11 @@ func startFirstAnswer(ctx context.Context, client kubernetes.Interface, timeout 
 				ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/hostname", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}},
 		},
 	}
-	r := &firstAnswerRun{client: client, created: time.Now(), done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &firstAnswerRun{client: client, created: time.Now(), done: make(chan error, 1), cancel: cancel}
 	var err error
 	if r.pod, err = client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		cancel()
 		return nil, err
 	}
 	svc := &v1.Service{
@@ -69,6 +72,7 @@ func startFirstAnswer(ctx context.Context, client kubernetes.Interface, timeout 
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
 	if r.svc, err = client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		cancel()
 		r.cleanUp()
 		return nil, err
 	}
@@ -79,12 +83,19 @@ func startFirstAnswer(ctx context.Context, client kubernetes.Interface, timeout 
 // await returns the wait's result, printing the timeline of an answer,
 // and deletes the pod and the Service.
 func (r *firstAnswerRun) await(out io.Writer) error {
-	defer r.cleanUp()
+	defer r.stop()
 	err := <-r.done
 	if err == nil {
 		fmt.Fprintf(out, "           %s\n", r.timeline)
 	}
 	return err
+}
+
+// stop ends the wait, if it still runs, and deletes the pod and the
+// Service: what an up that failed before the answer leaves undone.
+func (r *firstAnswerRun) stop() {
+	r.cancel()
+	r.cleanUp()
 }
 
 // cleanUp deletes the pod and the Service, whichever exist.

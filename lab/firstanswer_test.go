@@ -86,3 +86,27 @@ func TestWhyNoAnswerWithoutEvents(t *testing.T) {
 		t.Errorf("for a pod that is gone, whyNoAnswer = %q", got)
 	}
 }
+
+// TestFirstAnswerStop: an up that fails before the answer ends the wait
+// and leaves neither the pod nor the Service behind.
+func TestFirstAnswerStop(t *testing.T) {
+	client := fake.NewClientset()
+	r, err := startFirstAnswer(context.Background(), client, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.stop()
+	select {
+	case err := <-r.done:
+		if err == nil {
+			t.Error("the stopped wait reports an answer")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait still runs 10 s after stop")
+	}
+	pods, _ := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+	svcs, _ := client.CoreV1().Services("default").List(context.Background(), metav1.ListOptions{})
+	if len(pods.Items)+len(svcs.Items) != 0 {
+		t.Errorf("left behind: %d pods, %d Services", len(pods.Items), len(svcs.Items))
+	}
+}

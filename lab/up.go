@@ -179,7 +179,13 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 			fa, err = startFirstAnswer(ctx, client, nodesWait+firstAnswerBound)
 			return err
 		}},
-		{"nodes registered, initialized, routed", func() error { return waitLab(ctx, client, u.st, nodesWait, opts.Out, labProgress.done) }},
+		{"nodes registered, initialized, routed", func() error {
+			err := waitLab(ctx, client, u.st, nodesWait, opts.Out, labProgress.done)
+			if err != nil {
+				fa.stop()
+			}
+			return err
+		}},
 		{FirstAnswerStep, func() error { return fa.await(opts.Out) }},
 	}...)
 }
