@@ -263,8 +263,8 @@ func TestNginxServesOnPort80(t *testing.T) {
 
 	// The host's curl in nginx's namespace (unshare's own, which its child
 	// shares), with the namespace's loopback up.
-	get := exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", cmd.Process.Pid), "sh", "-c",
-		"ip link set lo up && curl -s -i --max-time 2 http://127.0.0.1:80/")
+	get := []string{fmt.Sprintf("--net=/proc/%d/ns/net", cmd.Process.Pid), "sh", "-c",
+		"ip link set lo up && curl -s -i --max-time 2 http://127.0.0.1:80/"}
 	var body string
 	for start := time.Now(); body == "" && time.Since(start) < 10*time.Second; {
 		select {
@@ -272,7 +272,7 @@ func TestNginxServesOnPort80(t *testing.T) {
 			t.Fatalf("nginx exited: %s", out.String())
 		case <-time.After(100 * time.Millisecond):
 		}
-		resp, err := exec.Command(get.Path, get.Args[1:]...).Output()
+		resp, err := exec.Command("nsenter", get...).Output()
 		head, content, ok := strings.Cut(string(resp), "\r\n\r\n")
 		if err != nil || !ok {
 			continue
