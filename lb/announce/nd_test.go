@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,11 +209,10 @@ func TestAdvertisesOnSetAndMove(t *testing.T) {
 // TestDefendsAgainstProbe: another host's duplicate-address probe for an
 // owned VIP is answered to all nodes, counted and reported.
 func TestDefendsAgainstProbe(t *testing.T) {
-	var reported atomic.Pointer[string]
+	reported := make(chan string, 1)
 	opts := testOptions()
 	opts.OnDefend = func(vip netip.Addr, from net.HardwareAddr) {
-		s := vip.String() + " " + from.String()
-		reported.Store(&s)
+		reported <- vip.String() + " " + from.String()
 	}
 	f := newFixture(t, opts)
 	f.run()
@@ -235,8 +233,14 @@ func TestDefendsAgainstProbe(t *testing.T) {
 	if n := f.statsEventually(func(s Stats) uint64 { return s.Defended }, 1); n != 1 {
 		t.Errorf("Defended = %d, want 1", n)
 	}
-	if r := reported.Load(); r == nil || *r != vip6.String()+" "+rogueMAC.String() {
-		t.Errorf("OnDefend told %v", r)
+	// The report follows the advertisement on the wire and the count.
+	select {
+	case r := <-reported:
+		if want := vip6.String() + " " + rogueMAC.String(); r != want {
+			t.Errorf("OnDefend told %q, want %q", r, want)
+		}
+	case <-time.After(time.Second):
+		t.Error("OnDefend was not told")
 	}
 }
 
