@@ -57,6 +57,11 @@ type Snapshot struct {
 	ARP map[netip.Addr][]string
 	// Routes are the owned routes on the bridge.
 	Routes []netroutes.Route
+	// CCMStarted is when chaos last started the CCM again; zero if it has
+	// run since before chaos began. A CCM cannot see a domain go down
+	// before it starts: until the Node reports again it trusts the Node's
+	// last Ready, as if the guest had run all along.
+	CCMStarted time.Time
 }
 
 // Node is one Node.
@@ -155,7 +160,8 @@ func macsOfNodes(s *Snapshot, keeps func(Node) bool) map[string]string {
 	for _, n := range slices.Concat(s.Nodes, s.NodesAfter) {
 		d, ok := s.Domains[n.Name]
 		notReady := n.NotReady && !keeps(n)
-		if !ok || !d.Running || n.Excluded || notReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) {
+		unseenReboot := d.LastDown.Before(s.CCMStarted)
+		if !ok || !d.Running || n.Excluded || notReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) && !unseenReboot {
 			continue
 		}
 		out[d.MAC] = n.Name

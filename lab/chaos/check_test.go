@@ -72,6 +72,25 @@ func TestEvaluate(t *testing.T) {
 				s.NodesAfter = slices.Clone(s.Nodes)
 			},
 			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
+		{name: "a CCM started after the domain came back cannot tell it rebooted",
+			change: func(s *Snapshot) {
+				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
+				s.CCMStarted = t0.Add(3 * time.Second)
+			}},
+		{name: "a CCM started before the domain went down saw it go",
+			change: func(s *Snapshot) {
+				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(2 * time.Second)}
+				s.CCMStarted = t0.Add(time.Second)
+			},
+			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
+		{name: "a CCM started after the domain came back moves the VIP once the node is Unknown past its hold",
+			change: func(s *Snapshot) {
+				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(-time.Minute)}
+				s.CCMStarted = t0.Add(-50 * time.Second)
+				s.Nodes[0].Reported = t0.Add(-70 * time.Second)
+				s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(-provider.UnknownHold)
+			},
+			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
 		{name: "a report in the second the domain went down counts",
 			change: func(s *Snapshot) {
 				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(300 * time.Millisecond)}

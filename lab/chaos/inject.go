@@ -132,6 +132,7 @@ func (in *injector) ccmKill() (func(context.Context) error, error) {
 		return nil, fmt.Errorf("CCM: %w", err)
 	}
 	return func(context.Context) error {
+		in.obs.ccmStartedAt(time.Now())
 		if err := in.st.LaunchCCM(); err != nil {
 			return fmt.Errorf("restart the CCM: %w", err)
 		}

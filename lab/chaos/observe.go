@@ -230,6 +230,8 @@ type observer struct {
 	downAt  map[string]time.Time // when each domain was last made or seen to go down
 	domains map[string]Domain
 	lost    map[string]bool // hosts lost now: their libvirtd is frozen, not asked
+	// ccmStarted is when chaos last started the CCM again (Snapshot.CCMStarted).
+	ccmStarted time.Time
 }
 
 func newObserver(st *lab.State, client kubernetes.Interface, p *arpProber) *observer {
@@ -245,10 +247,19 @@ func (o *observer) wentDown(name string, t time.Time) {
 	}
 }
 
+// ccmStartedAt records that chaos started the CCM again at t.
+func (o *observer) ccmStartedAt(t time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ccmStarted = t
+}
+
 // snapshot reads the lab. An error means the snapshot is incomplete (the
 // API server or the kernel could not be read) and must not be judged.
 func (o *observer) snapshot(ctx context.Context) (*Snapshot, error) {
-	s := &Snapshot{At: time.Now(), Subnets: o.subnets}
+	o.mu.Lock()
+	s := &Snapshot{At: time.Now(), Subnets: o.subnets, CCMStarted: o.ccmStarted}
+	o.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var err error
