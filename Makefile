@@ -72,11 +72,12 @@ modules:
 # Run as root; the privileged tests and the e2e suite do not skip as root.
 # It installs the host packages it needs first (a no-op when present).
 # It includes the chaos soak of CHAOS_DURATION (5 minutes, seed 42, as CI runs it)
-# and Kubernetes' LoadBalancer e2e tests on a fresh lab, less the two rolling-update
-# tests (TestConformance; make conformance runs them all).
+# and, on the dual-stack lab of the CI script users run (hack/ci-e2e.sh), a
+# representative subset of Kubernetes' own e2e tests; make conformance runs them all.
 test: deps tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
 		$(GOTEST) -timeout 80m ./...
+	hack/ci-e2e.sh
 	$(MAKE) fuzz
 
 # Each fuzz target for FUZZTIME: the parsers of what users and libvirt

@@ -390,3 +390,12 @@ func (c *lanClient) probe(ip string) func() probeResult {
 		return r
 	}
 }
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
