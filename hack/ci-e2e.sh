@@ -30,7 +30,7 @@ should fail health check node port if there are only terminating endpoints
 should be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on different nodes
 F
 )
-bin/labcloud e2e --junit-dir /tmp/ci-lab-e2e --timeout 30m --parallel 2 --skip 'SCTP|\[Flaky\]|\[Disruptive\]' \
+bin/labcloud e2e --junit-dir /tmp/ci-lab-e2e --timeout 30m --parallel 2 \
   --focus "$(paste -sd'|' <<<"$focus")" | tee /tmp/ci-lab-e2e.out
 # Every line of the focus must have run and passed: a renamed upstream test
 # would otherwise drop out of the focus unseen.

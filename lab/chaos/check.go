@@ -161,7 +161,7 @@ func macsOfNodes(s *Snapshot, keeps func(Node) bool) map[string]string {
 		d, ok := s.Domains[n.Name]
 		notReady := n.NotReady && !keeps(n)
 		unseenReboot := d.LastDown.Before(s.CCMStarted)
-		if !ok || !d.Running || n.Excluded || notReady || d.MAC == "" || n.Reported.Before(d.LastDown.Truncate(time.Second)) && !unseenReboot {
+		if !ok || !d.Running || n.Excluded || notReady || d.MAC == "" || (n.Reported.Before(d.LastDown.Truncate(time.Second)) && !unseenReboot) {
 			continue
 		}
 		out[d.MAC] = n.Name
