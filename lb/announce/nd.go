@@ -174,12 +174,20 @@ func (a *Announcer) handleND(ctx context.Context, f ndFrame) {
 	}
 }
 
-// answerND answers a solicitation for an owned VIP with the chosen MAC.
+// answerND answers a solicitation for an owned VIP with the chosen MAC,
+// to the asker's MAC: never to a group, so that nobody can make the
+// announcer reflect frames at every station.
 func (a *Announcer) answerND(ctx context.Context, f ndFrame, ns *ndp.NeighborSolicitation) {
 	vip := ns.TargetAddress
 	asker := linkLayer(ns.Options, ndp.Source)
 	if asker == nil {
-		asker = f.ethSrc // RFC 4861 §7.2.4 lets a unicast solicitation omit it
+		asker = f.ethSrc // RFC 4861 §7.2.4 lets a unicast solicitation omit it; handleND saw it is unicast
+	}
+	if asker[0]&1 != 0 {
+		// A group never sends, so the frame is forged or broken: it gets
+		// nothing, as an ARP packet with a group sender does, rather than
+		// an answer to its Ethernet source, whose owner did not ask.
+		return
 	}
 	a.wireMu.RLock()
 	defer a.wireMu.RUnlock()

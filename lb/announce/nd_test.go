@@ -281,10 +281,14 @@ func (s *station) drainND() {
 
 // FuzzHandleND feeds arbitrary frames to the neighbour-discovery responder:
 // it writes at most one frame, and only an advertisement of the owned VIP
-// at the chosen MAC.
+// at the chosen MAC, to a unicast MAC: the one group it writes to is all
+// nodes, with an unsolicited advertisement in the VIP's defence.
 func FuzzHandleND(f *testing.F) {
 	g := solicitedNodeMAC(vip6)
 	f.Add(solicit(f, vip6))
+	f.Add(mustND(f, &ndp.NeighborSolicitation{TargetAddress: vip6,
+		Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}}},
+		clientMAC, clientIP6, g[:], solicitedNode(vip6)))
 	f.Add(solicit(f, otherIP6))
 	f.Add(mustND(f, &ndp.NeighborSolicitation{TargetAddress: vip6}, clientMAC, clientIP6, node1MAC, vip6))
 	f.Add(mustND(f, &ndp.NeighborSolicitation{TargetAddress: vip6}, rogueMAC, netip.IPv6Unspecified(), g[:], solicitedNode(vip6)))
@@ -318,6 +322,9 @@ func FuzzHandleND(f *testing.F) {
 			na, ok := got.msg.(*ndp.NeighborAdvertisement)
 			if !ok || na.TargetAddress != vip6 || !na.Override || !bytes.Equal(linkLayer(na.Options, ndp.Target), node1MAC) || !bytes.Equal(got.ethSrc, node1MAC) {
 				t.Fatalf("wrote %+v from %s", got.msg, got.ethSrc)
+			}
+			if dst := net.HardwareAddr(w[0:6]); dst[0]&1 != 0 && (!bytes.Equal(dst, allNodesMAC) || got.dst != allNodes || na.Solicited) {
+				t.Fatalf("wrote %+v to %s (%s)", na, dst, got.dst)
 			}
 		}
 	})
