@@ -121,11 +121,18 @@ var (
 		Help:           "Neighbor Solicitations for owned IPv6 VIPs answered on the bridge.",
 		StabilityLevel: k8smetrics.ALPHA,
 	})
-	// VIPsDefended counts other hosts' duplicate-address probes for owned
-	// VIPs.
+	// VIPsDefended counts other hosts' claims on owned VIPs answered in
+	// their defence.
 	VIPsDefended = k8smetrics.NewCounter(&k8smetrics.CounterOpts{
 		Namespace: namespace, Subsystem: "lb", Name: "vip_defended_total",
-		Help:           "Duplicate-address probes from other hosts for owned IPv6 VIPs, answered in the VIP's defence.",
+		Help:           "Other hosts' claims on owned VIPs (ARP or Neighbor Discovery naming another MAC, IPv6 duplicate-address probes) answered by re-announcing the VIP, at most once per 10 s per VIP.",
+		StabilityLevel: k8smetrics.ALPHA,
+	})
+	// VIPClaimsIgnored counts the claims left unanswered because the VIP
+	// was defended less than 10 s before.
+	VIPClaimsIgnored = k8smetrics.NewCounter(&k8smetrics.CounterOpts{
+		Namespace: namespace, Subsystem: "lb", Name: "vip_claims_ignored_total",
+		Help:           "Other hosts' claims on owned VIPs left unanswered because the VIP was defended less than 10 s before.",
 		StabilityLevel: k8smetrics.ALPHA,
 	})
 	// LibvirtReconnects counts connections re-established after a loss.
@@ -188,7 +195,7 @@ func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(
 			PoolAddresses, PoolAddressesInUse, Allocations, Releases, IPConflicts,
-			VIPMoves, FailoverSeconds, PlacementPassSeconds, ARPReplies, NDPReplies, VIPsDefended,
+			VIPMoves, FailoverSeconds, PlacementPassSeconds, ARPReplies, NDPReplies, VIPsDefended, VIPClaimsIgnored,
 			LibvirtReconnects, LibvirtCallSeconds, LibvirtDomains, LibvirtUnparsableDomains,
 			RouteWrites, BGPSessionUp, BGPAnnouncedRoutes, BuildInfo,
 		)

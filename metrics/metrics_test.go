@@ -62,8 +62,8 @@ func TestRegistered(t *testing.T) {
 			}
 		}
 	}
-	if len(found) != 19 {
-		t.Errorf("%d labcloud_* metrics gathered (%v), want 19", len(found), found)
+	if len(found) != 20 {
+		t.Errorf("%d labcloud_* metrics gathered (%v), want 20", len(found), found)
 	}
 	problems, err := testutil.NewPromLinter(&text).Lint()
 	if err != nil {

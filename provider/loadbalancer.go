@@ -121,9 +121,9 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
 	defended := new(atomic.Pointer[loadBalancer]) // set once l leads
-	ann, err := announce.New(ifi, h, announce.Options{OnDefend: func(vip netip.Addr, from net.HardwareAddr) {
+	ann, err := announce.New(ifi, h, announce.Options{OnDefend: func(d announce.Defence) {
 		if l := defended.Load(); l != nil {
-			l.vipDefended(vip, from)
+			l.vipDefended(d)
 		}
 	}})
 	if err != nil {

@@ -138,10 +138,10 @@ type Options struct {
 	// defaults to reopening in the namespace New was called in; with
 	// NewWithConn a new index only re-announces.
 	Reopen Reopen
-	// OnDefend, if set, is told when another host probes (IPv6 duplicate
-	// address detection) for a VIP this Announcer answers; the probe is
-	// answered in the VIP's defence. It must not block.
-	OnDefend func(vip netip.Addr, from net.HardwareAddr)
+	// OnDefend, if set, is told when another host's claim on a VIP this
+	// Announcer answers is answered in the VIP's defence: at most once
+	// per DefendInterval per VIP (see defend.go). It must not block.
+	OnDefend func(Defence)
 }
 
 func (o Options) withDefaults() Options {

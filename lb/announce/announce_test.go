@@ -82,9 +82,8 @@ func TestIgnoresEverythingElse(t *testing.T) {
 	ignored := map[string]*arp.Packet{
 		"request for an unowned address":  arpPacket(arp.OperationRequest, clientMAC, clientIP, zeroMAC, otherIP),
 		"request for the bridge's subnet": arpPacket(arp.OperationRequest, clientMAC, clientIP, zeroMAC, netip.MustParseAddr("192.0.2.1")),
-		"reply about the VIP":             arpPacket(arp.OperationReply, rogueMAC, vip, clientMAC, clientIP),
-		"gratuitous request for the VIP":  arpPacket(arp.OperationRequest, rogueMAC, vip, zeroMAC, vip),
-		"gratuitous reply for the VIP":    arpPacket(arp.OperationReply, rogueMAC, vip, ethernet.Broadcast, vip),
+		"gratuitous request from the VIP": arpPacket(arp.OperationRequest, node1MAC, vip, zeroMAC, vip),
+		"gratuitous reply from the VIP":   arpPacket(arp.OperationReply, node1MAC, vip, ethernet.Broadcast, vip),
 		"our own probe":                   arpPacket(arp.OperationRequest, bridgeMAC, netip.IPv4Unspecified(), zeroMAC, vip),
 		"request from the chosen node":    arpPacket(arp.OperationRequest, node1MAC, netip.MustParseAddr("192.0.2.11"), zeroMAC, vip),
 		"multicast sender":                arpPacket(arp.OperationRequest, mustMAC("01:00:5e:00:00:01"), clientIP, zeroMAC, vip),

@@ -76,8 +76,9 @@ func frameBytes(tb testing.TB, p *arp.Packet, src, dst net.HardwareAddr) []byte 
 }
 
 // FuzzHandle feeds arbitrary frames to the responder: whatever arrives, it
-// writes at most one frame, and only a reply for the owned VIP with the chosen
-// MAC, to a unicast address.
+// writes a reply for the owned VIP with the chosen MAC, to a unicast
+// address, or a round of gratuitous ARP in the VIP's defence, at most once
+// per DefendInterval, or nothing.
 func FuzzHandle(f *testing.F) {
 	f.Add(frameBytes(f, arpPacket(arp.OperationRequest, clientMAC, clientIP, zeroMAC, vip), clientMAC, ethernet.Broadcast))
 	f.Add(frameBytes(f, arpPacket(arp.OperationRequest, clientMAC, clientIP, zeroMAC, otherIP), clientMAC, ethernet.Broadcast))
@@ -96,6 +97,7 @@ func FuzzHandle(f *testing.F) {
 		f.Fatal(err)
 	}
 	ctx := context.Background()
+	start, defences := time.Now(), 0
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var eth ethernet.Frame
 		if err := eth.UnmarshalBinary(b); err != nil {
@@ -113,6 +115,16 @@ func FuzzHandle(f *testing.F) {
 
 		conn.mu.Lock()
 		defer conn.mu.Unlock()
+		if defence(conn.writes) {
+			defences++
+			if limit := 1 + int(time.Since(start)/DefendInterval); defences > limit {
+				t.Fatalf("%d defences in %v", defences, time.Since(start))
+			}
+			if p.SenderIP != vip || bytes.Equal(p.SenderHardwareAddr, node1MAC) || bytes.Equal(p.SenderHardwareAddr, bridgeMAC) {
+				t.Fatalf("defended against %v %s is-at %s", p.Operation, p.SenderIP, p.SenderHardwareAddr)
+			}
+			return
+		}
 		if len(conn.writes) > 1 {
 			t.Fatalf("%d frames written for one request", len(conn.writes))
 		}
@@ -128,4 +140,20 @@ func FuzzHandle(f *testing.F) {
 			}
 		}
 	})
+}
+
+// defence says whether ws is one round of gratuitous ARP for vip from the
+// chosen MAC, to broadcast.
+func defence(ws []recorded) bool {
+	if len(ws) != 2 {
+		return false
+	}
+	for i, w := range ws {
+		op := []arp.Operation{arp.OperationRequest, arp.OperationReply}[i]
+		if w.p.Operation != op || w.p.SenderIP != vip || w.p.TargetIP != vip ||
+			!bytes.Equal(w.p.SenderHardwareAddr, node1MAC) || !bytes.Equal(w.dst, ethernet.Broadcast) {
+			return false
+		}
+	}
+	return true
 }

@@ -148,8 +148,7 @@ func (a *Announcer) readND(ctx context.Context, b *incarnation, buf []byte) erro
 }
 
 // handleND wakes probes waiting for the target, defends owned VIPs against
-// others' duplicate-address detection, and answers solicitations for owned
-// VIPs.
+// other hosts' claims, and answers solicitations for owned VIPs.
 func (a *Announcer) handleND(ctx context.Context, f ndFrame) {
 	if f.ethSrc[0]&1 != 0 || bytes.Equal(f.ethSrc, a.bridge.Load().mac) {
 		return // a group never sends; the bridge is us
@@ -161,12 +160,19 @@ func (a *Announcer) handleND(ctx context.Context, f ndFrame) {
 			from = f.ethSrc
 		}
 		a.claimed(m.TargetAddress, from)
+		a.contest(ctx, m.TargetAddress, from, false)
 	case *ndp.NeighborSolicitation:
 		if f.src.IsUnspecified() {
 			a.claimed(m.TargetAddress, f.ethSrc) // another host's probe
-			a.defend(ctx, m.TargetAddress, f.ethSrc)
+			a.contest(ctx, m.TargetAddress, f.ethSrc, true)
 			return
 		}
+		// Its target learns the sender's MAC for its source (RFC 4861 §7.2.3).
+		from := linkLayer(m.Options, ndp.Source)
+		if from == nil {
+			from = f.ethSrc
+		}
+		a.contest(ctx, f.src, from, false)
 		if a.handover.keep(func() { a.answerND(ctx, f, m) }) {
 			return // inactive: SetActive may answer it
 		}
@@ -204,29 +210,6 @@ func (a *Announcer) answerND(ctx context.Context, f ndFrame, ns *ndp.NeighborSol
 	}
 	a.stats.ndReplies.Add(1)
 	metrics.NDPReplies.Inc()
-}
-
-// defend answers another host's duplicate-address probe for an owned VIP
-// with an advertisement to all nodes, which fails the other's detection
-// (RFC 4862 §5.4.3), and reports it.
-func (a *Announcer) defend(ctx context.Context, vip netip.Addr, from net.HardwareAddr) {
-	if !a.handover.active() {
-		return
-	}
-	a.wireMu.RLock()
-	c, ok := a.table()[vip]
-	if !ok || bytes.Equal(from, c.mac) {
-		a.wireMu.RUnlock()
-		return
-	}
-	err := a.advertise(vip, c.mac)
-	a.wireMu.RUnlock()
-	a.stats.defended.Add(1)
-	metrics.VIPsDefended.Inc()
-	klog.FromContext(ctx).Info("Another host probes for an owned VIP; defending it", "vip", vip, "from", from, "err", err)
-	if a.opts.OnDefend != nil {
-		a.opts.OnDefend(vip, bytes.Clone(from))
-	}
 }
 
 // advertise writes an unsolicited advertisement for vip from mac to all

@@ -211,9 +211,9 @@ func TestAdvertisesOnSetAndMove(t *testing.T) {
 func TestDefendsAgainstProbe(t *testing.T) {
 	reported := make(chan string, 1)
 	opts := testOptions()
-	opts.OnDefend = func(vip netip.Addr, from net.HardwareAddr) {
+	opts.OnDefend = func(d Defence) {
 		select { // a second defence (Defended counts it) must not block the responder
-		case reported <- vip.String() + " " + from.String():
+		case reported <- d.VIP.String() + " " + d.From.String():
 		default:
 		}
 	}
@@ -282,7 +282,8 @@ func (s *station) drainND() {
 // FuzzHandleND feeds arbitrary frames to the neighbour-discovery responder:
 // it writes at most one frame, and only an advertisement of the owned VIP
 // at the chosen MAC, to a unicast MAC: the one group it writes to is all
-// nodes, with an unsolicited advertisement in the VIP's defence.
+// nodes, with an unsolicited advertisement in the VIP's defence, at most
+// once per DefendInterval.
 func FuzzHandleND(f *testing.F) {
 	g := solicitedNodeMAC(vip6)
 	f.Add(solicit(f, vip6))
@@ -304,6 +305,7 @@ func FuzzHandleND(f *testing.F) {
 		f.Fatal(err)
 	}
 	ctx := context.Background()
+	start, defences := time.Now(), 0
 	f.Fuzz(func(t *testing.T, b []byte) {
 		nd.take()
 		fixChecksum(b)
@@ -323,8 +325,16 @@ func FuzzHandleND(f *testing.F) {
 			if !ok || na.TargetAddress != vip6 || !na.Override || !bytes.Equal(linkLayer(na.Options, ndp.Target), node1MAC) || !bytes.Equal(got.ethSrc, node1MAC) {
 				t.Fatalf("wrote %+v from %s", got.msg, got.ethSrc)
 			}
-			if dst := net.HardwareAddr(w[0:6]); dst[0]&1 != 0 && (!bytes.Equal(dst, allNodesMAC) || got.dst != allNodes || na.Solicited) {
+			dst := net.HardwareAddr(w[0:6])
+			if dst[0]&1 == 0 {
+				continue
+			}
+			if !bytes.Equal(dst, allNodesMAC) || got.dst != allNodes || na.Solicited {
 				t.Fatalf("wrote %+v to %s (%s)", na, dst, got.dst)
+			}
+			defences++
+			if limit := 1 + int(time.Since(start)/DefendInterval); defences > limit {
+				t.Fatalf("%d defences in %v", defences, time.Since(start))
 			}
 		}
 	})

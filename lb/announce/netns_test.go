@@ -114,6 +114,7 @@ type lab struct {
 
 	a       *Announcer
 	stopRun func()
+	logs    ktesting.Buffer // what the Announcer logged; nil in benchmarks
 }
 
 func (l *lab) check(err error, what string) {
@@ -240,6 +241,9 @@ func newLab(tb testing.TB, opts Options) *lab {
 		return err
 	}), "New")
 	ctx, cancel := context.WithCancel(testContext(tb))
+	if u, ok := klog.FromContext(ctx).GetSink().(ktesting.Underlier); ok {
+		l.logs = u.GetBuffer()
+	}
 	done := make(chan error, 1)
 	go func() { done <- l.a.Run(ctx) }()
 	var once sync.Once
@@ -294,8 +298,9 @@ func testContext(tb testing.TB) context.Context {
 	if _, ok := tb.(*testing.B); ok {
 		return klog.NewContext(context.Background(), logr.Discard())
 	}
-	_, ctx := ktesting.NewTestContext(tb)
-	return ctx
+	// Kept in memory too, so that a test can count what a flood costs.
+	logger := ktesting.NewLogger(tb, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	return klog.NewContext(context.Background(), logger)
 }
 
 func prefix(s string) *net.IPNet {

@@ -89,7 +89,8 @@ func isTimeout(err error) bool {
 }
 
 // handle looks at one ARP packet read from the bridge: it wakes probes waiting
-// for the address and answers requests for owned VIPs.
+// for the address, defends owned VIPs against other hosts' claims and
+// answers requests for owned VIPs.
 func (a *Announcer) handle(ctx context.Context, p *arp.Packet, eth *ethernet.Frame) {
 	if p == nil || p.HardwareType != 1 || p.ProtocolType != uint16(ethernet.EtherTypeIPv4) ||
 		p.HardwareAddrLength != 6 || p.IPLength != 4 ||
@@ -103,6 +104,9 @@ func (a *Announcer) handle(ctx context.Context, p *arp.Packet, eth *ethernet.Fra
 		return // one of our own probes
 	}
 	a.notifyProbes(p)
+	if !p.SenderIP.IsUnspecified() {
+		a.contest(ctx, p.SenderIP, p.SenderHardwareAddr, false)
+	}
 	if p.Operation != arp.OperationRequest {
 		return
 	}

@@ -11,12 +11,14 @@ import (
 )
 
 // choice is the MAC chosen to answer for one VIP. A published choice never
-// changes: a new MAC, or the VIP set again after Remove, is a new choice,
-// which is how the announce loop tells a move from a repeat.
+// changes but for its guard: a new MAC, or the VIP set again after Remove,
+// is a new choice, which is how the announce loop tells a move from a
+// repeat.
 type choice struct {
 	mac    net.HardwareAddr
 	rounds int       // gratuitous rounds that announce it: Count, or 0 if adopted
 	cause  time.Time // the event that moved the VIP here (see SetAfter), or zero
+	guard  guard     // defences against other hosts' claims; see defend.go
 }
 
 // vipTable is every owned VIP's choice. A published table is never
