@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -75,7 +76,10 @@ func SameAnnounced(a, b metav1.Condition) bool {
 }
 
 // ParseAnnounced reads the answers back from an Announced condition's
-// message, in VIP order.
+// message, in VIP order. Anyone who may write a Service's status may
+// write the condition, so only what AnnouncedCondition writes is read: a
+// VIP of each family at most, without a zone, and each MAC a NIC's (six
+// bytes, unicast, not zero).
 func ParseAnnounced(c metav1.Condition) ([]Answer, error) {
 	if c.Type != ConditionAnnounced {
 		return nil, fmt.Errorf("condition type %q, want %q", c.Type, ConditionAnnounced)
@@ -92,6 +96,10 @@ func ParseAnnounced(c metav1.Condition) ([]Answer, error) {
 		}
 		out = append(out, a)
 	}
+	slices.SortFunc(out, func(a, b Answer) int { return a.VIP.Compare(b.VIP) })
+	if len(out) == 2 && out[0].VIP.Is4() == out[1].VIP.Is4() {
+		return nil, fmt.Errorf("condition message %q: two VIPs of one family", c.Message)
+	}
 	return out, nil
 }
 
@@ -103,6 +111,9 @@ func parseSegment(seg string) (Answer, error) {
 	ip, err := netip.ParseAddr(first)
 	if err != nil {
 		return Answer{}, fmt.Errorf("segment %q: %w", seg, err)
+	}
+	if ip.Zone() != "" || ip.Is4In6() {
+		return Answer{}, fmt.Errorf("segment %q: %s is not a VIP", seg, ip)
 	}
 	a := Answer{VIP: ip}
 	var macPart string
@@ -126,6 +137,9 @@ func parseSegment(seg string) (Answer, error) {
 	mac, err := net.ParseMAC(strings.TrimSuffix(strings.TrimPrefix(macPart, macOpen), macClose))
 	if err != nil {
 		return Answer{}, fmt.Errorf("segment %q: %w", seg, err)
+	}
+	if len(mac) != 6 || mac[0]&1 != 0 || bytes.Equal(mac, make(net.HardwareAddr, 6)) {
+		return Answer{}, fmt.Errorf("segment %q: %s is not a NIC's MAC", seg, mac)
 	}
 	a.MAC = mac
 	return a, nil
