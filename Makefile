@@ -81,12 +81,13 @@ test: deps tools modules
 	$(MAKE) fuzz
 
 # Each fuzz target for FUZZTIME: the parsers of what users and libvirt
-# hand the CCM (annotations, cloud config, domain XML, ARP and NDP frames).
+# hand the CCM (annotations, cloud config, domain XML, ARP and NDP frames,
+# Announced conditions, the kernel's socket listing).
 # A count, not a duration: Go 1.26's fuzzing coordinator can fail a target
 # that found nothing when a duration ends while a starved worker is busy
 # ("context deadline exceeded", golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 100000x
-FUZZ_TARGETS := lb:FuzzParseRequest provider:FuzzLoadConfig libvirtcloud:FuzzParseDomainXML lb/announce:FuzzHandle lb/announce:FuzzHandleND
+FUZZ_TARGETS := lb:FuzzParseRequest lb:FuzzParseAnnounced provider:FuzzLoadConfig libvirtcloud:FuzzParseDomainXML lb/announce:FuzzHandle lb/announce:FuzzHandleND lb/announce:FuzzParseBound
 fuzz:
 	set -e; for t in $(FUZZ_TARGETS); do \
 		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \

@@ -1,6 +1,7 @@
 package announce
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -91,7 +92,13 @@ func parseBound(m []byte, base string) (bound, bool) {
 	if len(m) < 16 {
 		return bound{}, false
 	}
-	attrs, err := nl.ParseRouteAttr(m[16:])
+	// The kernel pads every attribute to 4 bytes; nl.ParseRouteAttr
+	// panics on a last one that is not, so pad it here.
+	b := m[16:]
+	if r := len(b) % 4; r != 0 {
+		b = append(bytes.Clone(b), make([]byte, 4-r)...)
+	}
+	attrs, err := nl.ParseRouteAttr(b)
 	if err != nil {
 		return bound{}, false
 	}
