@@ -77,9 +77,16 @@ func advertisementsOf(tb testing.TB, c *packet.Conn, vip netip.Addr, d time.Dura
 	}
 }
 
-// logLines is how many lines the Announcer has logged so far.
+// logLines is how many lines the Announcer has logged so far at the
+// default verbosity.
 func (l *lab) logLines() int {
-	return len(l.logs.Data())
+	n := 0
+	for _, e := range l.logs.Data() {
+		if e.Verbosity == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // settled waits for the burst that announced the VIPs to end.
