@@ -190,9 +190,10 @@ func (a *Announcer) answerND(ctx context.Context, f ndFrame, ns *ndp.NeighborSol
 		asker = f.ethSrc // RFC 4861 §7.2.4 lets a unicast solicitation omit it; handleND saw it is unicast
 	}
 	if asker[0]&1 != 0 {
-		// A group never sends, so the frame is forged or broken: it gets
+		// A group never sends, so the frame is forged or broken. It gets
 		// nothing, as an ARP packet with a group sender does, rather than
-		// an answer to its Ethernet source, whose owner did not ask.
+		// a unicast answer to its Ethernet source: a frame that lies
+		// about its sender is no question worth answering.
 		return
 	}
 	a.wireMu.RLock()
