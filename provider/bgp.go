@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/bgp"
+	"github.com/labcloud/labcloud/netroutes"
 )
 
 // bgpAnnouncer keeps the BGP speaker's routes equal to the pod CIDRs of
@@ -31,9 +33,12 @@ type bgpAnnouncer struct {
 	opts    bgp.Options
 	cluster []netip.Prefix      // --cluster-cidr: the only CIDRs announced
 	onHost  func(*v1.Node) bool // whether a Node runs on this replica's host
-	nodes   corelisters.NodeLister
-	synced  []cache.InformerSynced
-	changed kicker // a pending recompute
+	// connected are the subnets of the host's addresses, which no pod CIDR
+	// announced may overlap: the router would send their traffic to a Node.
+	connected func() ([]netip.Prefix, error)
+	nodes     corelisters.NodeLister
+	synced    []cache.InformerSynced
+	changed   kicker // a pending recompute
 	// vips, in routed mode (bgp.announceVIPs), are the VIPs to announce as
 	// the Services' Announced conditions place them; nil otherwise.
 	vips *announcedVIPs
@@ -52,7 +57,12 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 	if err != nil {
 		return nil, err
 	}
-	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), changed: newKicker()}, nil
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("bgp: netlink: %w", err)
+	}
+	connected := func() ([]netip.Prefix, error) { return netroutes.Connected(h) }
+	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), connected: connected, changed: newKicker()}, nil
 }
 
 // start starts a in this replica, leader or not, on the replica's own
@@ -122,16 +132,8 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	}
 	var lastRefused []string
 	for {
-		nodes, err := a.nodes.List(labels.Everything())
+		routes, refused, err := a.desired()
 		if err == nil {
-			routes, refused := bgpRoutes(nodes, podCIDRRules{cluster: a.cluster}, a.onHost)
-			if a.vips != nil {
-				var services []*v1.Service
-				if services, err = a.vips.services.List(labels.Everything()); err == nil {
-					vr, vrefused := vipRoutes(services, a.vips.serves, a.vips.inPools, nodes, a.onHost)
-					routes, refused = append(routes, vr...), append(refused, vrefused...)
-				}
-			}
 			if !slices.Equal(refused, lastRefused) {
 				for _, r := range refused {
 					log.Info("Route not announced", "why", r)
@@ -154,12 +156,36 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	}
 }
 
+// desired are the routes to announce now, and why others of this host
+// are not.
+func (a *bgpAnnouncer) desired() (routes []bgp.Route, refused []string, err error) {
+	nodes, err := a.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
+	}
+	connected, err := a.connected()
+	if err != nil {
+		return nil, nil, err
+	}
+	routes, refused = bgpRoutes(nodes, podCIDRRules{cluster: a.cluster, connected: connected}, a.onHost)
+	if a.vips != nil {
+		services, err := a.vips.services.List(labels.Everything())
+		if err != nil {
+			return nil, nil, err
+		}
+		vr, vrefused := vipRoutes(services, a.vips.serves, a.vips.inPools, nodes, a.onHost)
+		routes, refused = append(routes, vr...), append(refused, vrefused...)
+	}
+	return routes, refused, nil
+}
+
 // bgpRoutes are the routes to announce: the pod CIDRs of each Node on
-// this host (onHost) that the rules allow (inside --cluster-cidr, not
-// special, one owner among all Nodes), via the Node's first InternalIP of
-// the CIDR's family. refused says, per CIDR of this host left out, why.
+// this host (onHost) that the rules allow (podCIDRRules.judge: inside
+// --cluster-cidr, not special nor connected, overlapping no older Node's),
+// via the Node's first InternalIP of the CIDR's family. refused says, per
+// CIDR of this host left out, why.
 func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
-	owners := podCIDROwners(nodes)
+	claims := rules.judge(nodes)
 	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		if !onHost(n) {
@@ -167,10 +193,7 @@ func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool)
 		}
 		addrs := internalIPs(n.Status.Addresses)
 		for _, cidr := range podCIDRsOf(n) {
-			if owners[cidr] != n.Name {
-				continue // another Node's, announced (or refused) there
-			}
-			if why := rules.refusal(cidr, n.Name, owners[cidr]); why != "" {
+			if why := claims.refusal(n.Name, cidr); why != "" {
 				refused = append(refused, fmt.Sprintf("node %s pod CIDR %s: %s", n.Name, cidr, why))
 				continue
 			}

@@ -109,11 +109,12 @@ func TestBGPRoutes(t *testing.T) {
 	wantRefused := []string{
 		"node c-no-v6-address pod CIDR fd00:244:0:3::/64: no IPv6 InternalIP to route it through",
 		"node d-outside pod CIDR 10.99.4.0/24: not inside the cluster CIDR 10.244.0.0/16 (--cluster-cidr)",
+		`node e-newer-claim pod CIDR 10.244.1.0/24: also claimed by node "a-v4", which keeps it (the oldest claiming Node, ties broken by name)`,
 	}
 	if !reflect.DeepEqual(refused, wantRefused) {
 		t.Errorf("refused = %q, want %q", refused, wantRefused)
 	}
-	if routes, refused := bgpRoutes(nodes, podCIDRRules{}, everyNode); len(routes) != 0 || len(refused) != 6 {
+	if routes, refused := bgpRoutes(nodes, podCIDRRules{}, everyNode); len(routes) != 0 || len(refused) != 7 {
 		t.Errorf("without cluster CIDRs: routes %v, refused %q; want none announced, each CIDR refused", routes, refused)
 	}
 }
@@ -234,5 +235,35 @@ func TestVIPRoutes(t *testing.T) {
 	}
 	if _, err := LoadConfig(strings.NewReader("bgp: {asn: 1, routerID: 10.0.0.1, announceVIPs: true, peers: [{address: 10.0.0.2, asn: 2}]}")); err == nil || !strings.Contains(err.Error(), "bgp.announceVIPs") {
 		t.Errorf("announceVIPs without pools: err = %v, want one naming bgp.announceVIPs", err)
+	}
+}
+
+// TestBGPLeavesConnectedSubnets: the BGP announcer, made as the CCM makes
+// it in its own network namespace, announces no pod CIDR that overlaps a
+// subnet connected to the host, as the routes path routes none: the
+// router would send that subnet's traffic to a Node.
+func TestBGPLeavesConnectedSubnets(t *testing.T) {
+	l := newRtLab(t)
+	l.ip(t, "link", "add", "other0", "type", "veth", "peer", "name", "other0-p")
+	l.ip(t, "addr", "add", "10.244.9.1/24", "dev", "other0")
+	cfg, err := LoadConfig(strings.NewReader("bgp: {asn: 64513, routerID: 192.168.77.1, peers: [{address: 192.168.77.2, asn: 64512}]}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a *bgpAnnouncer
+	l.inNetns(t, func() { a, err = newBGPAnnouncer(&cfg, rtCluster) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.nodes = nodeLister(t, rtNode("a", []string{"10.244.1.0/24"}, "192.168.77.11"), rtNode("c", []string{"10.244.9.0/24"}, "192.168.77.13"))
+	routes, refused, err := a.desired()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bgp.Route{{Prefix: netip.MustParsePrefix("10.244.1.0/24"), NextHop: netip.MustParseAddr("192.168.77.11")}}; !reflect.DeepEqual(routes, want) {
+		t.Errorf("announced %v, want %v", routes, want)
+	}
+	if want := []string{"node c pod CIDR 10.244.9.0/24: overlaps 10.244.9.0/24, a subnet connected to this host"}; !reflect.DeepEqual(refused, want) {
+		t.Errorf("refused %q, want %q", refused, want)
 	}
 }

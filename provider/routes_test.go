@@ -785,3 +785,47 @@ func TestRoutesLeaveOtherHostsNodesToThem(t *testing.T) {
 		t.Error("with one host every Node is this host's")
 	}
 }
+
+// TestOverlappingPodCIDRsAgainstTheKernel is hostile.sh's part (3) on a
+// bridge of the test's own: Nodes made after node-1, with node-1's
+// InternalIP, inside its /24 and over the whole cluster CIDR, get no route
+// and a Warning; a benign one made with them gets its route.
+func TestOverlappingPodCIDRsAgainstTheKernel(t *testing.T) {
+	l := newRtLab(t)
+	var r *routes
+	var err error
+	l.inNetns(t, func() { r, err = newRoutes(RoutesConfig{Bridge: "rtbr0"}, rtCluster, nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(n *v1.Node) *v1.Node {
+		n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.77.11"}}
+		return n
+	}
+	nodes := []*v1.Node{
+		at(bornNode("node-1", 1, "10.244.1.0/24")),
+		at(bornNode("acc-overlap", 30, "10.244.1.128/25")),
+		at(bornNode("acc-wide", 30, "10.244.0.0/16")),
+		at(bornNode("acc-benign", 30, "10.244.250.0/24")),
+	}
+	client := startRoutes(t, r, nodes...)
+	refused := map[string]string{
+		"acc-overlap": `overlaps 10.244.1.0/24 of node "node-1"`,
+		"acc-wide":    "the whole cluster CIDR 10.244.0.0/16",
+	}
+	for _, n := range nodes {
+		err := r.CreateRoute(context.Background(), "kubernetes", string(n.UID), &cloudprovider.Route{
+			TargetNode: types.NodeName(n.Name), DestinationCIDR: n.Spec.PodCIDRs[0], TargetNodeAddresses: n.Status.Addresses})
+		if why := refused[n.Name]; why == "" && err != nil || why != "" && (!errors.Is(err, errNoRoute) || !strings.Contains(err.Error(), why)) {
+			t.Errorf("CreateRoute for %s: %v, want %q", n.Name, err, why)
+		}
+	}
+	for name, why := range refused {
+		waitEvent(t, client, name, EventRouteNotCreated, why)
+	}
+	got := l.show(t, "proto", "76")
+	want := "10.244.1.0/24 via 192.168.77.11 dev rtbr0 metric 3076 \n10.244.250.0/24 via 192.168.77.11 dev rtbr0 metric 3076 \n"
+	if got != want {
+		t.Errorf("routes of proto 76:\n%s\nwant:\n%s", got, want)
+	}
+}
