@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/bgp"
+	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
 
@@ -45,11 +46,11 @@ type bgpAnnouncer struct {
 }
 
 // announcedVIPs reads which node answers each VIP of the Services this
-// CCM serves.
+// CCM serves, as far as trustedAnswers believes the conditions.
 type announcedVIPs struct {
 	services corelisters.ServiceLister
-	serves   func(*v1.Service) bool
-	inPools  func(netip.Addr) bool
+	rules    claimRules
+	report   *claimReporter
 }
 
 func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error) {
@@ -66,18 +67,17 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 }
 
 // start starts a in this replica, leader or not, on the replica's own
-// informers (replicaInformers): nodes, and in routed mode services, whose
-// VIPs in the pools (inPools) it announces when serves says they are this
-// CCM's.
-func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, services coreinformers.ServiceInformer, serves func(*v1.Service) bool, inPools func(netip.Addr) bool) error {
+// informers (replicaInformers): nodes, and in routed mode (vips not nil)
+// the Services, whose VIPs it announces as their conditions place them.
+func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, vips *announcedSource) error {
 	a.nodes, a.synced = nodes.Lister(), []cache.InformerSynced{nodes.Informer().HasSynced}
 	if _, err := onRouteFieldsChange(nodes.Informer(), a.changed.kick); err != nil {
 		return err
 	}
-	if services != nil {
-		a.vips = &announcedVIPs{services: services.Lister(), serves: serves, inPools: inPools}
-		a.synced = append(a.synced, services.Informer().HasSynced)
-		if _, err := onAnyChange(services.Informer(), a.changed.kick); err != nil {
+	if vips != nil {
+		a.vips = &announcedVIPs{services: vips.services.Lister(), rules: vips.rules, report: newClaimReporter(vips.recorder, vips.grace)}
+		a.synced = append(a.synced, vips.synced...)
+		if _, err := onAnyChange(vips.services.Informer(), a.changed.kick); err != nil {
 			return err
 		}
 	}
@@ -132,7 +132,7 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	}
 	var lastRefused []string
 	for {
-		routes, refused, err := a.desired()
+		routes, refused, recheck, err := a.desired(ctx)
 		if err == nil {
 			if !slices.Equal(refused, lastRefused) {
 				for _, r := range refused {
@@ -146,6 +146,8 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 		if err != nil {
 			log.Error(err, "Could not announce the routes; retrying", "in", bgpRetry)
 			retry = time.After(bgpRetry)
+		} else if recheck {
+			retry = time.After(bgpRetry) // a refused claim waits to be told of
 		}
 		select {
 		case <-ctx.Done():
@@ -157,26 +159,34 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 }
 
 // desired are the routes to announce now, and why others of this host
-// are not.
-func (a *bgpAnnouncer) desired() (routes []bgp.Route, refused []string, err error) {
+// are not. recheck: some claim to a VIP is refused, and its Service is
+// told only if it still is in a moment.
+func (a *bgpAnnouncer) desired(ctx context.Context) (routes []bgp.Route, refused []string, recheck bool, err error) {
 	nodes, err := a.nodes.List(labels.Everything())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	connected, err := a.connected()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	routes, refused = bgpRoutes(nodes, podCIDRRules{cluster: a.cluster, connected: connected}, a.onHost)
 	if a.vips != nil {
 		services, err := a.vips.services.List(labels.Everything())
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
-		vr, vrefused := vipRoutes(services, a.vips.serves, a.vips.inPools, nodes, a.onHost)
+		answers, claims := trustedAnswers(services, a.vips.rules)
+		// This host tells only of the claims it would have announced.
+		claims = slices.DeleteFunc(claims, func(c refusedClaim) bool {
+			n := nodeNamed(nodes, c.answer.Node)
+			return n == nil || !a.onHost(n)
+		})
+		recheck = a.vips.report.note(ctx, claims, time.Now())
+		vr, vrefused := vipRoutes(answers, nodes, a.onHost)
 		routes, refused = append(routes, vr...), append(refused, vrefused...)
 	}
-	return routes, refused, nil
+	return routes, refused, recheck, nil
 }
 
 // bgpRoutes are the routes to announce: the pod CIDRs of each Node on
@@ -208,35 +218,30 @@ func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool)
 	return routes, refused
 }
 
-// vipRoutes are the routed mode's routes: each VIP in the pools of a
-// Service this CCM serves (serves), as a host route via the node its
-// Announced condition says answers it, if that node is on this host
-// (onHost), through the node's first InternalIP of the VIP's family.
-// refused says, per VIP of this host left out, why.
-func vipRoutes(services []*v1.Service, serves func(*v1.Service) bool, inPools func(netip.Addr) bool, nodes []*v1.Node, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
+// vipRoutes are the routed mode's routes: each VIP the conditions place
+// (trustedAnswers), as a host route via the node that answers it, if that
+// node is on this host (onHost), through the node's first InternalIP of
+// the VIP's family. refused says, per VIP of this host left out, why.
+func vipRoutes(answers map[netip.Addr]lb.Answer, nodes []*v1.Node, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
 	byName := make(map[string]*v1.Node, len(nodes))
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	for _, svc := range services {
-		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || !serves(svc) {
+	for _, a := range answers {
+		n := byName[a.Node]
+		if n == nil || !onHost(n) {
+			continue // an unknown node's, or another host's to announce
+		}
+		host := netip.PrefixFrom(a.VIP, a.VIP.BitLen())
+		addrs := internalIPs(n.Status.Addresses)
+		i := slices.IndexFunc(addrs, func(ip netip.Addr) bool { return ip.Is4() == a.VIP.Is4() })
+		if i < 0 {
+			refused = append(refused, fmt.Sprintf("VIP %s: node %s has no %s InternalIP to route it through", a.VIP, n.Name, prefixFamily(host)))
 			continue
 		}
-		for _, a := range announcedAnswers(svc) {
-			n := byName[a.Node]
-			if n == nil || !onHost(n) || !inPools(a.VIP) {
-				continue // unanswered, or another host's to announce
-			}
-			host := netip.PrefixFrom(a.VIP, a.VIP.BitLen())
-			addrs := internalIPs(n.Status.Addresses)
-			i := slices.IndexFunc(addrs, func(ip netip.Addr) bool { return ip.Is4() == a.VIP.Is4() })
-			if i < 0 {
-				refused = append(refused, fmt.Sprintf("VIP %s: node %s has no %s InternalIP to route it through", a.VIP, n.Name, prefixFamily(host)))
-				continue
-			}
-			routes = append(routes, bgp.Route{Prefix: host, NextHop: addrs[i]})
-		}
+		routes = append(routes, bgp.Route{Prefix: host, NextHop: addrs[i]})
 	}
 	slices.SortFunc(routes, func(a, b bgp.Route) int { return a.Prefix.Addr().Compare(b.Prefix.Addr()) })
+	slices.Sort(refused) // logged when it changes
 	return routes, refused
 }

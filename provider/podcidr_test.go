@@ -277,16 +277,7 @@ func TestCloudRoutesRefused(t *testing.T) {
 // though the benign CIDR lies inside the older whole-cluster claim, which
 // is refused on its own and so keeps nothing from anyone.
 func TestOverlappingPodCIDRs(t *testing.T) {
-	at := func(n *v1.Node) *v1.Node {
-		n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.88.0.11"}}
-		return n
-	}
-	nodes := []*v1.Node{
-		at(bornNode("node-1", 1, "10.244.1.0/24")),
-		at(bornNode("acc-overlap", 30, "10.244.1.128/25")),
-		at(bornNode("acc-wide", 29, "10.244.0.0/16")),
-		at(bornNode("acc-benign", 30, "10.244.250.0/24")),
-	}
+	nodes := hostileNodes("10.88.0.11")
 	rules := podCIDRRules{cluster: rtCluster, connected: rtSubnets}
 	want := map[string]string{ // pod CIDR → the Node it is routed to; "" refused
 		"10.244.1.0/24":   "node-1",
@@ -341,4 +332,20 @@ func TestOverlappingPodCIDRs(t *testing.T) {
 			t.Errorf("BGP refusals %q lack %s: %s", refused, cidr, why)
 		}
 	}
+}
+
+// hostileNodes are hostile.sh's part (3), all with InternalIP ip: node-1,
+// then Nodes made later inside its /24, over the whole cluster CIDR (a
+// minute before the rest) and a benign one.
+func hostileNodes(ip string) []*v1.Node {
+	nodes := []*v1.Node{
+		bornNode("node-1", 1, "10.244.1.0/24"),
+		bornNode("acc-overlap", 30, "10.244.1.128/25"),
+		bornNode("acc-wide", 29, "10.244.0.0/16"),
+		bornNode("acc-benign", 30, "10.244.250.0/24"),
+	}
+	for _, n := range nodes {
+		n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}
+	}
+	return nodes
 }

@@ -299,6 +299,13 @@ func startRoutes(t *testing.T, r *routes, nodes ...*v1.Node) *fake.Clientset {
 // waitEvent waits for an event on the Node whose reason and message match.
 func waitEvent(t *testing.T, client *fake.Clientset, node, reason, msg string) v1.Event {
 	t.Helper()
+	return waitObjectEvent(t, client, "Node", "", node, reason, msg)
+}
+
+// waitObjectEvent waits for an event on the object of kind, namespace and
+// name whose reason and message match.
+func waitObjectEvent(t *testing.T, client *fake.Clientset, kind, ns, name, reason, msg string) v1.Event {
+	t.Helper()
 	var found v1.Event
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		evs, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
@@ -306,7 +313,8 @@ func waitEvent(t *testing.T, client *fake.Clientset, node, reason, msg string) v
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == node && e.Reason == reason && strings.Contains(e.Message, msg) {
+			o := e.InvolvedObject
+			if o.Kind == kind && o.Namespace == ns && o.Name == name && e.Reason == reason && strings.Contains(e.Message, msg) {
 				found = e
 				return true, nil
 			}
@@ -314,7 +322,7 @@ func waitEvent(t *testing.T, client *fake.Clientset, node, reason, msg string) v
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no %s event on node %s with %q: %v", reason, node, msg, err)
+		t.Fatalf("no %s event on %s %s/%s with %q: %v", reason, kind, ns, name, msg, err)
 	}
 	return found
 }
@@ -798,16 +806,7 @@ func TestOverlappingPodCIDRsAgainstTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(n *v1.Node) *v1.Node {
-		n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.77.11"}}
-		return n
-	}
-	nodes := []*v1.Node{
-		at(bornNode("node-1", 1, "10.244.1.0/24")),
-		at(bornNode("acc-overlap", 30, "10.244.1.128/25")),
-		at(bornNode("acc-wide", 30, "10.244.0.0/16")),
-		at(bornNode("acc-benign", 30, "10.244.250.0/24")),
-	}
+	nodes := hostileNodes("192.168.77.11")
 	client := startRoutes(t, r, nodes...)
 	refused := map[string]string{
 		"acc-overlap": `overlaps 10.244.1.0/24 of node "node-1"`,

@@ -73,15 +73,9 @@ func TestUnparsableDomainWarnsOnItsNode(t *testing.T) {
 	bad := func(uuid, name, reason string) libvirtcloud.UnparsableDomain {
 		return libvirtcloud.UnparsableDomain{UUID: uuid, Name: name, Hypervisor: "zone-a", Reason: reason}
 	}
-	h := &skippingHypervisor{before: []libvirtcloud.UnparsableDomain{bad("aaaa", "dom-a", "value out of range")},
-		events: make(chan libvirtcloud.Event, 8)}
-	r := newUnparsableReporter([]Hypervisor{h})
-	rec := record.NewFakeRecorder(16)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	if err := r.start(ctx, client, factory, rec); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
+	h := &skippingHypervisor{events: make(chan libvirtcloud.Event, 8)}
+	h.now(bad("aaaa", "dom-a", "value out of range"))
+	rec := startUnparsable(ctx, t, client, h)
 	for _, d := range []libvirtcloud.UnparsableDomain{
 		bad("aaaa", "dom-a", "value out of range"), // the same again: not news
 		bad("bbbb", "node-b", "bad memory unit"),
@@ -124,13 +118,7 @@ func TestUnparsableDomainForgottenOnceItParses(t *testing.T) {
 	broken := libvirtcloud.UnparsableDomain{UUID: "aaaa", Name: "dom-a", Hypervisor: "zone-a", Reason: "value out of range"}
 	h := &skippingHypervisor{events: make(chan libvirtcloud.Event, 8)}
 	h.now(broken)
-	r := newUnparsableReporter([]Hypervisor{h})
-	rec := record.NewFakeRecorder(16)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	if err := r.start(ctx, client, factory, rec); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
+	rec := startUnparsable(ctx, t, client, h)
 	warned := func(step string) {
 		t.Helper()
 		select {
@@ -157,4 +145,18 @@ func TestUnparsableDomainForgottenOnceItParses(t *testing.T) {
 		h.events <- libvirtcloud.Event{Unparsable: &broken}
 		warned(fmt.Sprintf("unparsable again for the same reason after it parsed (removed %v)", fixed.Removed))
 	}
+}
+
+// startUnparsable starts a reporter of h's domains as SetInformers does,
+// on client's Nodes, and returns its recorder.
+func startUnparsable(ctx context.Context, t *testing.T, client *fake.Clientset, h *skippingHypervisor) *record.FakeRecorder {
+	t.Helper()
+	r := newUnparsableReporter([]Hypervisor{h})
+	rec := record.NewFakeRecorder(16)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	if err := r.start(ctx, client, factory, rec); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	return rec
 }
