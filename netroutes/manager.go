@@ -135,10 +135,14 @@ func (m *Manager) Subnets() ([]netip.Prefix, error) {
 // Connected returns the subnets of every address on every link in the
 // Manager's namespace, and of each point-to-point peer: what the host
 // reaches directly, which no routed destination may overlap.
-func (m *Manager) Connected() ([]netip.Prefix, error) {
+func (m *Manager) Connected() ([]netip.Prefix, error) { return Connected(m.h) }
+
+// Connected is Manager.Connected in h's namespace, for a caller with no
+// bridge (the BGP announcer).
+func Connected(h *netlink.Handle) ([]netip.Prefix, error) {
 	var addrs []netlink.Addr
 	err := retryDump(func() (err error) {
-		addrs, err = m.h.AddrList(nil, netlink.FAMILY_ALL)
+		addrs, err = h.AddrList(nil, netlink.FAMILY_ALL)
 		return err
 	})
 	if err != nil {

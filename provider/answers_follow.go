@@ -5,15 +5,15 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
 )
 
@@ -39,12 +39,13 @@ type hostHypervisor struct {
 
 // follow starts answering on l's announcer, while this replica does not
 // lead, for the VIPs that the Services' Announced conditions say nodes on
-// this host answer (the leader writes them: answers_split.go), from the
-// Services (the replica's own informer, which the caller starts) and the
-// domains of the hypervisors on this host, until the returned follower is
-// halted.
-func (l *loadBalancer) follow(ctx context.Context, services coreinformers.ServiceInformer, here []hostHypervisor) (*follower, error) {
+// this host answer (the leader writes them: answers_split.go; only the
+// claims trustedAnswers believes count), from the Services (src, the
+// replica's own informers, which the caller starts) and the domains of
+// the hypervisors on this host, until the returned follower is halted.
+func (l *loadBalancer) follow(ctx context.Context, src *announcedSource, here []hostHypervisor) (*follower, error) {
 	changed := newKicker()
+	services := src.services
 	reg, err := onAnyChange(services.Informer(), changed.kick)
 	if err != nil {
 		return nil, err
@@ -55,9 +56,10 @@ func (l *loadBalancer) follow(ctx context.Context, services coreinformers.Servic
 		onDomainEvents(ctx, &wg, h.domains, changed.kick)
 	}
 	lister := services.Lister()
+	report := newClaimReporter(src.recorder, src.grace)
 	log := klog.FromContext(ctx).WithValues("bridge", l.bridge)
 	prepare := func(ctx context.Context) bool {
-		if !cache.WaitForCacheSync(ctx.Done(), services.Informer().HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), src.synced...) {
 			return false
 		}
 		for _, h := range here {
@@ -71,7 +73,12 @@ func (l *loadBalancer) follow(ctx context.Context, services coreinformers.Servic
 	}
 	step := func(ctx context.Context) time.Duration {
 		if all, err := lister.List(labels.Everything()); err == nil {
-			l.answerOnly(ctx, hostAnswers(all, l.serves, l.alloc.InPools, macsOn(here)))
+			local := macsOn(here)
+			answers, refused := trustedAnswers(all, src.rules)
+			// This host tells only of the claims it would have answered.
+			refused = slices.DeleteFunc(refused, func(c refusedClaim) bool { return !isLocal(local, c.answer.MAC) })
+			report.note(ctx, refused, time.Now())
+			l.answerOnly(ctx, hostAnswers(answers, local))
 		}
 		return answerFollowPeriod
 	}
@@ -138,21 +145,21 @@ func macsOn(here []hostHypervisor) map[macKey]bool {
 	return out
 }
 
-// hostAnswers is what this host answers, from the Services' Announced
-// conditions: each VIP in the pools, of a Service this CCM serves, whose
-// answering MAC is a NIC of a domain on this host (local).
-func hostAnswers(services []*v1.Service, serves func(*v1.Service) bool, inPools func(netip.Addr) bool, local map[macKey]bool) map[netip.Addr]net.HardwareAddr {
+// hostAnswers is what this host answers of the answers the conditions
+// claim (trustedAnswers): each VIP whose answering MAC is a NIC of a
+// domain on this host (local).
+func hostAnswers(answers map[netip.Addr]lb.Answer, local map[macKey]bool) map[netip.Addr]net.HardwareAddr {
 	out := map[netip.Addr]net.HardwareAddr{}
-	for _, svc := range services {
-		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || !serves(svc) {
-			continue
-		}
-		for _, a := range announcedAnswers(svc) {
-			k, ok := keyOf(a.MAC)
-			if ok && local[k] && inPools(a.VIP) {
-				out[a.VIP] = a.MAC
-			}
+	for vip, a := range answers {
+		if isLocal(local, a.MAC) {
+			out[vip] = a.MAC
 		}
 	}
 	return out
+}
+
+// isLocal says whether mac is one of local.
+func isLocal(local map[macKey]bool, mac net.HardwareAddr) bool {
+	k, ok := keyOf(mac)
+	return ok && local[k]
 }

@@ -10,7 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -66,20 +66,7 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 
 	// The second host's replica: its own announcer, following.
 	leftover := &recordedPaths{}
-	follower, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: []lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/27"}}}},
-		[]Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), leftover, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	follower.serves = LoadBalancerConfig{}.Serves
-	factory := informers.NewSharedInformerFactory(f.client, 0)
-	fw, err := follower.follow(f.ctx, factory.Core().V1().Services(), []hostHypervisor{{domains: hostOfZone{f.hv, "zone-b"}, bridge: testBridge}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fw.halt)
-	factory.Start(f.ctx.Done())
-	other := follower.ann.(*fakeAnnouncer)
+	other := followOn(t, f, []lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/27"}}}, "zone-b", leftover, claimGrace)
 
 	const services = 8
 	for i := range services {
@@ -87,7 +74,11 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.mustEnsure(svc)
+		// The ingress, as the service controller writes it.
+		ingress := fmt.Sprintf(`{"status":{"loadBalancer":{"ingress":[{"ip":%q}]}}}`, f.mustEnsure(svc))
+		if _, err := f.client.CoreV1().Services("default").Patch(f.ctx, svc.Name, types.MergePatchType, []byte(ingress), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	onA, onB := 0, 0
 	for vip, mac := range f.lb.place.answers.answering() {
@@ -126,15 +117,17 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 
 // TestHostAnswersFollowTheConditions: a following replica answers a VIP
 // when the Announced condition names a MAC of a domain on its host, of a
-// Service this CCM serves, in its pools; nothing else.
+// Service this CCM serves, whose ingress lists the VIP, in its pools;
+// nothing else.
 func TestHostAnswersFollowTheConditions(t *testing.T) {
 	local := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
 	remote := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
 	announced := func(name string, answers ...lb.Answer) *v1.Service {
-		s := lbService(name)
-		c := lb.AnnouncedCondition(answers)
-		s.Status.Conditions = []metav1.Condition{c}
-		return s
+		var ingress []string
+		for _, a := range answers {
+			ingress = append(ingress, a.VIP.String())
+		}
+		return claiming("default", name, ingress, answers...)
 	}
 	ip := netip.MustParseAddr
 	classed := announced("classed", lb.Answer{VIP: ip("10.0.0.5"), Node: "n1", MAC: local})
@@ -151,9 +144,13 @@ func TestHostAnswersFollowTheConditions(t *testing.T) {
 		announced("outside-pools", lb.Answer{VIP: ip("192.0.2.1"), Node: "n1", MAC: local}),
 		classed, notLB, garbled, lbService("unplaced"),
 	}
-	inPools := func(a netip.Addr) bool { return a.Is6() || netip.MustParsePrefix("10.0.0.0/24").Contains(a) }
+	pools, err := lb.NewPools([]lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/24", "fd00::/120"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers, _ := trustedAnswers(services, claimRules{serves: LoadBalancerConfig{}.Serves, pools: pools})
 	k, _ := keyOf(local)
-	got := hostAnswers(services, LoadBalancerConfig{}.Serves, inPools, map[macKey]bool{k: true})
+	got := hostAnswers(answers, map[macKey]bool{k: true})
 	want := map[netip.Addr]string{ip("10.0.0.1"): local.String(), ip("10.0.0.2"): local.String(), ip("fd00::2"): local.String()}
 	if len(got) != len(want) {
 		t.Errorf("answers %v, want %v", got, want)

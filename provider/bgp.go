@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/bgp"
+	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/netroutes"
 )
 
 // bgpAnnouncer keeps the BGP speaker's routes equal to the pod CIDRs of
@@ -31,20 +34,23 @@ type bgpAnnouncer struct {
 	opts    bgp.Options
 	cluster []netip.Prefix      // --cluster-cidr: the only CIDRs announced
 	onHost  func(*v1.Node) bool // whether a Node runs on this replica's host
-	nodes   corelisters.NodeLister
-	synced  []cache.InformerSynced
-	changed kicker // a pending recompute
+	// connected are the subnets of the host's addresses, which no pod CIDR
+	// announced may overlap: the router would send their traffic to a Node.
+	connected func() ([]netip.Prefix, error)
+	nodes     corelisters.NodeLister
+	synced    []cache.InformerSynced
+	changed   kicker // a pending recompute
 	// vips, in routed mode (bgp.announceVIPs), are the VIPs to announce as
 	// the Services' Announced conditions place them; nil otherwise.
 	vips *announcedVIPs
 }
 
 // announcedVIPs reads which node answers each VIP of the Services this
-// CCM serves.
+// CCM serves, as far as trustedAnswers believes the conditions.
 type announcedVIPs struct {
 	services corelisters.ServiceLister
-	serves   func(*v1.Service) bool
-	inPools  func(netip.Addr) bool
+	rules    claimRules
+	report   *claimReporter
 }
 
 func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error) {
@@ -52,22 +58,26 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 	if err != nil {
 		return nil, err
 	}
-	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), changed: newKicker()}, nil
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("bgp: netlink: %w", err)
+	}
+	connected := func() ([]netip.Prefix, error) { return netroutes.Connected(h) }
+	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), connected: connected, changed: newKicker()}, nil
 }
 
 // start starts a in this replica, leader or not, on the replica's own
-// informers (replicaInformers): nodes, and in routed mode services, whose
-// VIPs in the pools (inPools) it announces when serves says they are this
-// CCM's.
-func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, services coreinformers.ServiceInformer, serves func(*v1.Service) bool, inPools func(netip.Addr) bool) error {
+// informers (replicaInformers): nodes, and in routed mode (vips not nil)
+// the Services, whose VIPs it announces as their conditions place them.
+func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, vips *announcedSource) error {
 	a.nodes, a.synced = nodes.Lister(), []cache.InformerSynced{nodes.Informer().HasSynced}
 	if _, err := onRouteFieldsChange(nodes.Informer(), a.changed.kick); err != nil {
 		return err
 	}
-	if services != nil {
-		a.vips = &announcedVIPs{services: services.Lister(), serves: serves, inPools: inPools}
-		a.synced = append(a.synced, services.Informer().HasSynced)
-		if _, err := onAnyChange(services.Informer(), a.changed.kick); err != nil {
+	if vips != nil {
+		a.vips = &announcedVIPs{services: vips.services.Lister(), rules: vips.rules, report: newClaimReporter(vips.recorder, vips.grace)}
+		a.synced = append(a.synced, vips.synced...)
+		if _, err := onAnyChange(vips.services.Informer(), a.changed.kick); err != nil {
 			return err
 		}
 	}
@@ -122,16 +132,8 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	}
 	var lastRefused []string
 	for {
-		nodes, err := a.nodes.List(labels.Everything())
+		routes, refused, recheck, err := a.desired(ctx)
 		if err == nil {
-			routes, refused := bgpRoutes(nodes, podCIDRRules{cluster: a.cluster}, a.onHost)
-			if a.vips != nil {
-				var services []*v1.Service
-				if services, err = a.vips.services.List(labels.Everything()); err == nil {
-					vr, vrefused := vipRoutes(services, a.vips.serves, a.vips.inPools, nodes, a.onHost)
-					routes, refused = append(routes, vr...), append(refused, vrefused...)
-				}
-			}
 			if !slices.Equal(refused, lastRefused) {
 				for _, r := range refused {
 					log.Info("Route not announced", "why", r)
@@ -144,6 +146,8 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 		if err != nil {
 			log.Error(err, "Could not announce the routes; retrying", "in", bgpRetry)
 			retry = time.After(bgpRetry)
+		} else if recheck {
+			retry = time.After(bgpRetry) // a refused claim waits to be told of
 		}
 		select {
 		case <-ctx.Done():
@@ -154,12 +158,44 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	}
 }
 
+// desired are the routes to announce now, and why others of this host
+// are not. recheck: some claim to a VIP is refused, and its Service is
+// told only if it still is in a moment.
+func (a *bgpAnnouncer) desired(ctx context.Context) (routes []bgp.Route, refused []string, recheck bool, err error) {
+	nodes, err := a.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, nil, false, err
+	}
+	connected, err := a.connected()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	routes, refused = bgpRoutes(nodes, podCIDRRules{cluster: a.cluster, connected: connected}, a.onHost)
+	if a.vips != nil {
+		services, err := a.vips.services.List(labels.Everything())
+		if err != nil {
+			return nil, nil, false, err
+		}
+		answers, claims := trustedAnswers(services, a.vips.rules)
+		// This host tells only of the claims it would have announced.
+		claims = slices.DeleteFunc(claims, func(c refusedClaim) bool {
+			n := nodeNamed(nodes, c.answer.Node)
+			return n == nil || !a.onHost(n)
+		})
+		recheck = a.vips.report.note(ctx, claims, time.Now())
+		vr, vrefused := vipRoutes(answers, nodes, a.onHost)
+		routes, refused = append(routes, vr...), append(refused, vrefused...)
+	}
+	return routes, refused, recheck, nil
+}
+
 // bgpRoutes are the routes to announce: the pod CIDRs of each Node on
-// this host (onHost) that the rules allow (inside --cluster-cidr, not
-// special, one owner among all Nodes), via the Node's first InternalIP of
-// the CIDR's family. refused says, per CIDR of this host left out, why.
+// this host (onHost) that the rules allow (podCIDRRules.judge: inside
+// --cluster-cidr, not special nor connected, overlapping no older Node's),
+// via the Node's first InternalIP of the CIDR's family. refused says, per
+// CIDR of this host left out, why.
 func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
-	owners := podCIDROwners(nodes)
+	claims := rules.judge(nodes)
 	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		if !onHost(n) {
@@ -167,10 +203,7 @@ func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool)
 		}
 		addrs := internalIPs(n.Status.Addresses)
 		for _, cidr := range podCIDRsOf(n) {
-			if owners[cidr] != n.Name {
-				continue // another Node's, announced (or refused) there
-			}
-			if why := rules.refusal(cidr, n.Name, owners[cidr]); why != "" {
+			if why := claims.refusal(n.Name, cidr); why != "" {
 				refused = append(refused, fmt.Sprintf("node %s pod CIDR %s: %s", n.Name, cidr, why))
 				continue
 			}
@@ -185,35 +218,30 @@ func bgpRoutes(nodes []*v1.Node, rules podCIDRRules, onHost func(*v1.Node) bool)
 	return routes, refused
 }
 
-// vipRoutes are the routed mode's routes: each VIP in the pools of a
-// Service this CCM serves (serves), as a host route via the node its
-// Announced condition says answers it, if that node is on this host
-// (onHost), through the node's first InternalIP of the VIP's family.
-// refused says, per VIP of this host left out, why.
-func vipRoutes(services []*v1.Service, serves func(*v1.Service) bool, inPools func(netip.Addr) bool, nodes []*v1.Node, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
+// vipRoutes are the routed mode's routes: each VIP the conditions place
+// (trustedAnswers), as a host route via the node that answers it, if that
+// node is on this host (onHost), through the node's first InternalIP of
+// the VIP's family. refused says, per VIP of this host left out, why.
+func vipRoutes(answers map[netip.Addr]lb.Answer, nodes []*v1.Node, onHost func(*v1.Node) bool) (routes []bgp.Route, refused []string) {
 	byName := make(map[string]*v1.Node, len(nodes))
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	for _, svc := range services {
-		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || !serves(svc) {
+	for _, a := range answers {
+		n := byName[a.Node]
+		if n == nil || !onHost(n) {
+			continue // an unknown node's, or another host's to announce
+		}
+		host := netip.PrefixFrom(a.VIP, a.VIP.BitLen())
+		addrs := internalIPs(n.Status.Addresses)
+		i := slices.IndexFunc(addrs, func(ip netip.Addr) bool { return ip.Is4() == a.VIP.Is4() })
+		if i < 0 {
+			refused = append(refused, fmt.Sprintf("VIP %s: node %s has no %s InternalIP to route it through", a.VIP, n.Name, prefixFamily(host)))
 			continue
 		}
-		for _, a := range announcedAnswers(svc) {
-			n := byName[a.Node]
-			if n == nil || !onHost(n) || !inPools(a.VIP) {
-				continue // unanswered, or another host's to announce
-			}
-			host := netip.PrefixFrom(a.VIP, a.VIP.BitLen())
-			addrs := internalIPs(n.Status.Addresses)
-			i := slices.IndexFunc(addrs, func(ip netip.Addr) bool { return ip.Is4() == a.VIP.Is4() })
-			if i < 0 {
-				refused = append(refused, fmt.Sprintf("VIP %s: node %s has no %s InternalIP to route it through", a.VIP, n.Name, prefixFamily(host)))
-				continue
-			}
-			routes = append(routes, bgp.Route{Prefix: host, NextHop: addrs[i]})
-		}
+		routes = append(routes, bgp.Route{Prefix: host, NextHop: addrs[i]})
 	}
 	slices.SortFunc(routes, func(a, b bgp.Route) int { return a.Prefix.Addr().Compare(b.Prefix.Addr()) })
+	slices.Sort(refused) // logged when it changes
 	return routes, refused
 }

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -12,6 +13,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/bgp"
@@ -109,11 +113,12 @@ func TestBGPRoutes(t *testing.T) {
 	wantRefused := []string{
 		"node c-no-v6-address pod CIDR fd00:244:0:3::/64: no IPv6 InternalIP to route it through",
 		"node d-outside pod CIDR 10.99.4.0/24: not inside the cluster CIDR 10.244.0.0/16 (--cluster-cidr)",
+		`node e-newer-claim pod CIDR 10.244.1.0/24: also claimed by node "a-v4", which keeps it (the oldest claiming Node, ties broken by name)`,
 	}
 	if !reflect.DeepEqual(refused, wantRefused) {
 		t.Errorf("refused = %q, want %q", refused, wantRefused)
 	}
-	if routes, refused := bgpRoutes(nodes, podCIDRRules{}, everyNode); len(routes) != 0 || len(refused) != 6 {
+	if routes, refused := bgpRoutes(nodes, podCIDRRules{}, everyNode); len(routes) != 0 || len(refused) != 7 {
 		t.Errorf("without cluster CIDRs: routes %v, refused %q; want none announced, each CIDR refused", routes, refused)
 	}
 }
@@ -203,9 +208,11 @@ func TestVIPRoutes(t *testing.T) {
 	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
 	ip := netip.MustParseAddr
 	svc := func(name string, answers ...lb.Answer) *v1.Service {
-		s := lbService(name)
-		s.Status.Conditions = []metav1.Condition{lb.AnnouncedCondition(answers)}
-		return s
+		var ingress []string
+		for _, a := range answers {
+			ingress = append(ingress, a.VIP.String())
+		}
+		return claiming("default", name, ingress, answers...)
 	}
 	classed := svc("classed", lb.Answer{VIP: ip("10.0.0.204"), Node: "a", MAC: mac})
 	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
@@ -217,8 +224,12 @@ func TestVIPRoutes(t *testing.T) {
 		svc("outside-pools", lb.Answer{VIP: ip("192.0.2.1"), Node: "a", MAC: mac}),
 		classed,
 	}
-	inPools := func(a netip.Addr) bool { return !netip.MustParsePrefix("192.0.2.0/24").Contains(a) }
-	routes, refused := vipRoutes(services, LoadBalancerConfig{}.Serves, inPools, nodes, cfg.onThisHost())
+	pools, err := lb.NewPools([]lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/24", "fd00::/112"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers, _ := trustedAnswers(services, claimRules{serves: LoadBalancerConfig{}.Serves, pools: pools})
+	routes, refused := vipRoutes(answers, nodes, cfg.onThisHost())
 	r := func(p, hop string) bgp.Route {
 		return bgp.Route{Prefix: netip.MustParsePrefix(p), NextHop: netip.MustParseAddr(hop)}
 	}
@@ -229,10 +240,84 @@ func TestVIPRoutes(t *testing.T) {
 		t.Errorf("refused %q, want %q", refused, want)
 	}
 	cfg.Host = "kvm2"
-	if routes, _ := vipRoutes(services, LoadBalancerConfig{}.Serves, inPools, nodes, cfg.onThisHost()); !reflect.DeepEqual(routes, []bgp.Route{r("10.0.0.201/32", "10.0.0.12")}) {
+	if routes, _ := vipRoutes(answers, nodes, cfg.onThisHost()); !reflect.DeepEqual(routes, []bgp.Route{r("10.0.0.201/32", "10.0.0.12")}) {
 		t.Errorf("kvm2 announces %v, want 10.0.0.201/32 via b", routes)
 	}
 	if _, err := LoadConfig(strings.NewReader("bgp: {asn: 1, routerID: 10.0.0.1, announceVIPs: true, peers: [{address: 10.0.0.2, asn: 2}]}")); err == nil || !strings.Contains(err.Error(), "bgp.announceVIPs") {
 		t.Errorf("announceVIPs without pools: err = %v, want one naming bgp.announceVIPs", err)
+	}
+}
+
+// TestBGPLeavesConnectedSubnets: the BGP announcer, made as the CCM makes
+// it in its own network namespace, announces no pod CIDR that overlaps a
+// subnet connected to the host, as the routes path routes none: the
+// router would send that subnet's traffic to a Node.
+func TestBGPLeavesConnectedSubnets(t *testing.T) {
+	l := newRtLab(t)
+	l.ip(t, "link", "add", "other0", "type", "veth", "peer", "name", "other0-p")
+	l.ip(t, "addr", "add", "10.244.9.1/24", "dev", "other0")
+	cfg, err := LoadConfig(strings.NewReader("bgp: {asn: 64513, routerID: 192.168.77.1, peers: [{address: 192.168.77.2, asn: 64512}]}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a *bgpAnnouncer
+	l.inNetns(t, func() { a, err = newBGPAnnouncer(&cfg, rtCluster) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.nodes = nodeLister(t, rtNode("a", []string{"10.244.1.0/24"}, "192.168.77.11"), rtNode("c", []string{"10.244.9.0/24"}, "192.168.77.13"))
+	routes, refused, _, err := a.desired(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bgp.Route{{Prefix: netip.MustParsePrefix("10.244.1.0/24"), NextHop: netip.MustParseAddr("192.168.77.11")}}; !reflect.DeepEqual(routes, want) {
+		t.Errorf("announced %v, want %v", routes, want)
+	}
+	if want := []string{"node c pod CIDR 10.244.9.0/24: overlaps 10.244.9.0/24, a subnet connected to this host"}; !reflect.DeepEqual(refused, want) {
+		t.Errorf("refused %q, want %q", refused, want)
+	}
+}
+
+// TestBGPAnnouncesOnlyTrustedVIPs: in routed mode a forged claim (a VIP
+// not in the claiming Service's ingress) and two Services claiming one VIP
+// for different nodes cost only those VIPs: every other route, the pod
+// CIDRs' and the other VIPs', is announced, and the conflict is never two
+// routes to one prefix.
+func TestBGPAnnouncesOnlyTrustedVIPs(t *testing.T) {
+	nodes := []*v1.Node{bgpNode("n1", 1, []string{"10.244.1.0/24"}, "10.0.0.11"), bgpNode("n2", 1, []string{"10.244.2.0/24"}, "10.0.0.12")}
+	on := func(vip, node string) lb.Answer {
+		return lb.Answer{VIP: netip.MustParseAddr(vip), Node: node, MAC: testMAC(node)}
+	}
+	services := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, s := range []*v1.Service{
+		claiming("a", "web", []string{"10.0.0.201"}, on("10.0.0.201", "n1")),
+		claiming("b", "forge", []string{"10.0.0.209"}, on("10.0.0.201", "n2")),
+		claiming("b", "s1", []string{"10.0.0.204"}, on("10.0.0.204", "n1")),
+		claiming("b", "s2", []string{"10.0.0.204"}, on("10.0.0.204", "n2")),
+	} {
+		if err := services.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pools, err := lb.NewPools([]lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.200-10.0.0.250"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record.NewFakeRecorder(10)
+	a := &bgpAnnouncer{cluster: rtCluster, onHost: func(*v1.Node) bool { return true }, nodes: nodeLister(t, nodes...),
+		connected: func() ([]netip.Prefix, error) { return nil, nil },
+		vips:      &announcedVIPs{services: corelisters.NewServiceLister(services), rules: claimRules{serves: LoadBalancerConfig{}.Serves, pools: pools}, report: newClaimReporter(rec, 0)}}
+	routes, _, recheck, err := a.desired(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := func(p, hop string) bgp.Route {
+		return bgp.Route{Prefix: netip.MustParsePrefix(p), NextHop: netip.MustParseAddr(hop)}
+	}
+	if want := []bgp.Route{r("10.244.1.0/24", "10.0.0.11"), r("10.244.2.0/24", "10.0.0.12"), r("10.0.0.201/32", "10.0.0.11")}; !reflect.DeepEqual(routes, want) {
+		t.Errorf("announced %v, want %v", routes, want)
+	}
+	if recheck || len(rec.Events) != 3 {
+		t.Errorf("recheck %v, %d events; want the 3 refused claims told at once (no grace here)", recheck, len(rec.Events))
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -111,10 +110,13 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			sources = append(sources, libvirtcloud.SourceARP)
 		}
 	}
-	var inPools func(netip.Addr) bool // nil without pools
+	var (
+		pools   *lb.Pools             // nil without pools
+		inPools func(netip.Addr) bool // nil without pools
+	)
 	if len(cfg.LoadBalancer.Pools) > 0 {
-		pools, err := lb.NewPools(cfg.LoadBalancer.Pools)
-		if err != nil {
+		var err error
+		if pools, err = lb.NewPools(cfg.LoadBalancer.Pools); err != nil {
 			return nil, fmt.Errorf("loadBalancer.pools: %w", err)
 		}
 		inPools = func(ip netip.Addr) bool { _, in := pools.For(ip); return in }
@@ -146,7 +148,16 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 	var (
 		err     error
 		replica informers.SharedInformerFactory // started once every user has registered
+		// announced reads the Services' Announced conditions for the
+		// answers and the VIP routes of this host.
+		announced *announcedSource
 	)
+	if flags.Client != nil {
+		replica = replicaInformers(flags.Client)
+		if cfg.LoadBalancer.Bridge != "" && cfg.zonesHere() != nil || cfg.BGP.Enabled() && cfg.BGP.AnnounceVIPs {
+			announced = newAnnouncedSource(ctx, replica, flags.Client, cfg.LoadBalancer.Serves, pools)
+		}
+	}
 	if cfg.Routes.Bridge != "" {
 		if c.routes, err = newRoutes(cfg.Routes, flags.ClusterCIDRs, hvs); err != nil {
 			return nil, err
@@ -155,8 +166,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			klog.FromContext(ctx).Info("routes.bridge is set but --cluster-cidr is not: every CreateRoute will be refused", "bridge", cfg.Routes.Bridge)
 		}
 		c.routes.otherHost = cfg.onOtherHost()
-		if len(cfg.hypervisorHosts()) > 1 && flags.Client != nil {
-			replica = replicaInformers(flags.Client)
+		if len(cfg.hypervisorHosts()) > 1 && replica != nil {
 			if c.routeFollower, err = c.routes.follow(ctx, replica.Core().V1().Nodes()); err != nil {
 				return nil, fmt.Errorf("routes: %w", err)
 			}
@@ -166,11 +176,8 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs, c.instances); err != nil {
 			return nil, err
 		}
-		if cfg.zonesHere() != nil && flags.Client != nil {
-			if replica == nil {
-				replica = replicaInformers(flags.Client)
-			}
-			if c.answerFollower, err = c.lb.follow(ctx, replica.Core().V1().Services(), c.hostHypervisors()); err != nil {
+		if announced != nil && cfg.zonesHere() != nil {
+			if c.answerFollower, err = c.lb.follow(ctx, announced, c.hostHypervisors()); err != nil {
 				return nil, fmt.Errorf("loadBalancer: %w", err)
 			}
 		}
@@ -185,14 +192,11 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if len(flags.ClusterCIDRs) == 0 {
 			klog.FromContext(ctx).Info("bgp is set but --cluster-cidr is not: no pod CIDR will be announced")
 		}
-		if replica == nil {
-			replica = replicaInformers(flags.Client)
-		}
-		var services coreinformers.ServiceInformer
+		var vips *announcedSource // routed mode only
 		if cfg.BGP.AnnounceVIPs {
-			services = replica.Core().V1().Services()
+			vips = announced
 		}
-		if err := c.bgp.start(ctx, replica.Core().V1().Nodes(), services, cfg.LoadBalancer.Serves, inPools); err != nil {
+		if err := c.bgp.start(ctx, replica.Core().V1().Nodes(), vips); err != nil {
 			return nil, fmt.Errorf("bgp: %w", err)
 		}
 	}
@@ -240,21 +244,27 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	if len(parts) == 0 {
 		return
 	}
-	// One broadcaster for the provider's events (upstream's controllers
-	// each keep their own): one correlator, one writer to the API server.
-	b := record.NewBroadcaster(record.WithContext(c.runCtx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorObjects}))
-	b.StartStructuredLogging(2)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
-	go func() {
-		<-c.runCtx.Done()
-		b.Shutdown()
-	}()
-	recorder := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "libvirt-cloud-provider"})
+	// One recorder for the components' events (upstream's controllers
+	// each keep their own).
+	recorder := newRecorder(c.runCtx, c.client)
 	for _, p := range parts {
 		if err := p.start(c.runCtx, c.client, factory, recorder); err != nil {
 			klog.Fatalf("libvirt cloud provider: %v", err)
 		}
 	}
+}
+
+// newRecorder records events with client until ctx ends, through a
+// broadcaster of its own: one correlator, one writer to the API server.
+func newRecorder(ctx context.Context, client kubernetes.Interface) record.EventRecorder {
+	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCorrelatorObjects}))
+	b.StartStructuredLogging(2)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	go func() {
+		<-ctx.Done()
+		b.Shutdown()
+	}()
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "libvirt-cloud-provider"})
 }
 
 // eventCorrelatorObjects is how many objects' recent events the provider's

@@ -20,6 +20,7 @@ import (
 
 	"github.com/labcloud/labcloud/bgp"
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/netroutes"
 )
 
 // Config is the one typed document read from --cloud-config. Defaults are
@@ -197,6 +198,21 @@ func LoadConfig(r io.Reader) (Config, error) {
 	return cfg, cfg.complete()
 }
 
+// protocolOwners are the route protocols in use by others, and whose: the
+// kernel's RTPROT_* values and /etc/iproute2/rt_protos, FRR's
+// rt_protos.d/frr.conf, the neighbours netroutes.DefaultProtocol was
+// chosen apart from, and labcloud's own VIP routes. Routes are listed and
+// deleted by protocol, so sharing one takes over the owner's routes.
+var protocolOwners = map[int]string{
+	8: "gated's", 9: "ra's (router advertisements)", 10: "mrt's", 11: "zebra's (FRR, Quagga)", 12: "bird's",
+	13: "dnrouted's", 14: "xorp's", 15: "ntk's", 16: "dhcp's", 17: "mrouted's", 18: "keepalived's",
+	42: "babel's", 80: "calico's", 99: "openr's",
+	186: "bgp's (FRR)", 187: "isis's (FRR)", 188: "ospf's (FRR)", 189: "rip's (FRR)", 190: "ripng's (FRR)",
+	191: "nhrp's (FRR)", 192: "eigrp's (FRR)", 193: "ldp's (FRR)", 194: "sharp's (FRR)", 195: "pbr's (FRR)",
+	196: "FRR's static routes'", 197: "openfabric's (FRR)", 198: "srte's (FRR)", 248: "kube-vip's",
+	int(netroutes.VIPProtocol): "labcloud's VIP routes' own (loadBalancer.routedTraffic: spread)",
+}
+
 var (
 	labelValue = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$`)
 	uriScheme  = regexp.MustCompile(`^[a-z][a-z0-9+]*://`)
@@ -255,6 +271,9 @@ func (c *Config) complete() error {
 		// 0-4 are the kernel's own (unspec, redirect, kernel, boot, static).
 		if r.Protocol != 0 && (r.Protocol < 5 || r.Protocol > 255) {
 			bad("routes.protocol", r.Protocol, "must be 5..255 (0-4 are the kernel's)")
+		}
+		if owner, taken := protocolOwners[r.Protocol]; taken {
+			bad("routes.protocol", r.Protocol, "is "+owner+": labcloud would list, change and delete its routes as its own; leave it unset (76) or pick a number nobody uses")
 		}
 		if r.Table < 0 || r.Table == 255 || r.Table == 253 {
 			bad("routes.table", r.Table, "must be 0 (main) or a table of labcloud's own, not local or default")

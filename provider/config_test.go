@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -144,5 +145,41 @@ func TestExampleCloudConfigLoads(t *testing.T) {
 	}
 	if c.Routes.Bridge != "virbr0" || len(c.LoadBalancer.Pools) != 1 || len(c.InstanceTypes.Sizes) != 2 {
 		t.Errorf("example config = %+v", c)
+	}
+}
+
+// TestRoutesProtocolOwnedElsewhere: routes.protocol takes no number the
+// kernel, a routing daemon or labcloud's own VIP routes use: listing
+// "our" routes by it would list theirs, and Reconcile would delete them.
+func TestRoutesProtocolOwnedElsewhere(t *testing.T) {
+	for _, tc := range []struct {
+		protocol int
+		want     string // substring of the error; "" when accepted
+	}{
+		{protocol: 0},   // the default, 76
+		{protocol: 76},  // the default, spelled out
+		{protocol: 201}, // nobody's
+		{protocol: 254},
+		{protocol: 2, want: `routes.protocol: "2" must be 5..255`},
+		{protocol: 256, want: `routes.protocol: "256" must be 5..255`},
+		{protocol: 77, want: `routes.protocol: "77" is labcloud's VIP routes' own (loadBalancer.routedTraffic: spread)`},
+		{protocol: 8, want: `routes.protocol: "8" is gated's`},
+		{protocol: 9, want: `routes.protocol: "9" is ra's`},
+		{protocol: 11, want: `routes.protocol: "11" is zebra's (FRR, Quagga)`},
+		{protocol: 12, want: `routes.protocol: "12" is bird's`},
+		{protocol: 16, want: `routes.protocol: "16" is dhcp's`},
+		{protocol: 17, want: `routes.protocol: "17" is mrouted's`},
+		{protocol: 18, want: `routes.protocol: "18" is keepalived's`},
+		{protocol: 42, want: `routes.protocol: "42" is babel's`},
+		{protocol: 99, want: `routes.protocol: "99" is openr's`},
+		{protocol: 186, want: `routes.protocol: "186" is bgp's`},
+		{protocol: 188, want: `routes.protocol: "188" is ospf's`},
+		{protocol: 192, want: `routes.protocol: "192" is eigrp's`},
+		{protocol: 196, want: `routes.protocol: "196" is FRR's static routes'`},
+	} {
+		_, err := LoadConfig(strings.NewReader(fmt.Sprintf("routes: {bridge: b, protocol: %d}", tc.protocol)))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("routes.protocol %d: err = %v, want %q", tc.protocol, err, tc.want)
+		}
 	}
 }

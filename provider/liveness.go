@@ -19,9 +19,16 @@ import (
 // probed on the bridge every livenessRound; after lostAfterMisses rounds
 // in a row without an answer from the guest's MAC, the node is lost: its
 // VIPs move to nodes that can answer them. One answer makes it found again.
+//
+// A lost guest that stays silent (its host is gone) is probed ever less
+// often: after each further silent probe the wait doubles, from two rounds
+// up to livenessMaxWait. A guest that answers is probed every round, so
+// that the first detection of a death stays as fast; an answer, or
+// watching the guest anew, brings that back.
 const (
 	livenessRound   = 100 * time.Millisecond
 	lostAfterMisses = 2
+	livenessMaxWait = 5 * time.Second
 )
 
 // prober asks the bridge who answers for an address (Announcer.Probe).
@@ -41,7 +48,9 @@ type liveness struct {
 // guestLiveness is what probing has found of one guest.
 type guestLiveness struct {
 	mac    net.HardwareAddr // the answer that counts: the guest's own
-	misses int              // rounds in a row without it
+	misses int              // probes in a row without it
+	wait   time.Duration    // between probes once lost; 0: every round
+	next   time.Time        // no probe before
 }
 
 func newLiveness(probe prober, changed func()) *liveness {
@@ -107,18 +116,21 @@ func (l *liveness) run(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			l.round(ctx)
+			l.round(ctx, time.Now())
 		}
 		t.Stop()
 	}
 }
 
-// round probes every watched guest at once and records the answers.
-func (l *liveness) round(ctx context.Context) {
+// round probes every watched guest due at now at once and records the
+// answers.
+func (l *liveness) round(ctx context.Context, now time.Time) {
 	l.mu.Lock()
 	targets := make(map[netip.Addr]net.HardwareAddr, len(l.watched))
 	for ip, g := range l.watched {
-		targets[ip] = g.mac
+		if !now.Before(g.next) {
+			targets[ip] = g.mac
+		}
 	}
 	l.mu.Unlock()
 	if len(targets) == 0 {
@@ -145,14 +157,15 @@ func (l *liveness) round(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	if l.record(answered) {
+	if l.record(answered, now) {
 		l.changed()
 	}
 }
 
-// record counts a round's answers (probed address → answered by the
-// guest's MAC) and says whether any guest was lost or found by it.
-func (l *liveness) record(answered map[netip.Addr]bool) (changed bool) {
+// record counts the answers of a round begun at now (probed address →
+// answered by the guest's MAC), backs off the lost guests still silent,
+// and says whether any guest was lost or found by it.
+func (l *liveness) record(answered map[netip.Addr]bool, now time.Time) (changed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for ip, ok := range answered {
@@ -162,9 +175,13 @@ func (l *liveness) record(answered map[netip.Addr]bool) (changed bool) {
 		}
 		was := g.misses >= lostAfterMisses
 		if ok {
-			g.misses = 0
+			g.misses, g.wait, g.next = 0, 0, time.Time{}
 		} else {
 			g.misses++
+		}
+		if g.misses >= lostAfterMisses {
+			g.wait = min(max(2*g.wait, 2*livenessRound), livenessMaxWait)
+			g.next = now.Add(g.wait)
 		}
 		changed = changed || was != (g.misses >= lostAfterMisses)
 	}

@@ -38,6 +38,12 @@ func TestLivenessVerdicts(t *testing.T) {
 	}
 	passes := 0
 	l := newLiveness(probe, func() { passes++ })
+	// Each round after the longest wait: every guest is due in each.
+	at := time.Now()
+	nextRound := func(ctx context.Context) {
+		at = at.Add(livenessMaxWait)
+		l.round(ctx, at)
+	}
 	l.watch(map[netip.Addr]net.HardwareAddr{a: macA, b: macB})
 	answer(a, macA)
 	answer(b, other) // another host answers for b's address: not b
@@ -47,29 +53,29 @@ func TestLivenessVerdicts(t *testing.T) {
 		lostA, lostB bool
 		passes       int
 	}{{false, false, 0}, {false, true, 1}, {false, true, 1}} {
-		l.round(ctx)
+		nextRound(ctx)
 		if l.lost(a) != want.lostA || l.lost(b) != want.lostB || passes != want.passes {
 			t.Fatalf("round %d: lost a=%v b=%v, %d passes; want %v %v %d", round+1, l.lost(a), l.lost(b), passes, want.lostA, want.lostB, want.passes)
 		}
 	}
 	answer(b, macB)
-	l.round(ctx)
+	nextRound(ctx)
 	if l.lost(b) || passes != 2 {
 		t.Fatalf("b answered: lost %v, %d passes; want found, a second pass", l.lost(b), passes)
 	}
 	answer(a, nil)
-	l.round(ctx)
+	nextRound(ctx)
 	if l.lost(a) {
 		t.Fatalf("a lost after one silent round; want %d", lostAfterMisses)
 	}
 	// A new MAC for a starts its count again; an address no longer
 	// watched has no verdict.
 	l.watch(map[netip.Addr]net.HardwareAddr{a: macB})
-	l.round(ctx)
+	nextRound(ctx)
 	if l.lost(a) {
 		t.Fatalf("a's count survived a new MAC")
 	}
-	l.round(ctx)
+	nextRound(ctx)
 	if !l.lost(a) || l.lost(b) {
 		t.Fatalf("after two silent rounds with its new MAC: a lost %v; b (unwatched) lost %v", l.lost(a), l.lost(b))
 	}
@@ -87,7 +93,7 @@ func TestLivenessProbeErrors(t *testing.T) {
 	}, func() { t.Errorf("a pass asked for without a verdict") })
 	l.watch(map[netip.Addr]net.HardwareAddr{a: testMAC("a")})
 	for range 2 * lostAfterMisses {
-		l.round(context.Background())
+		l.round(context.Background(), time.Now())
 	}
 	if l.lost(a) {
 		t.Errorf("lost on probe errors alone")
@@ -155,5 +161,88 @@ func TestLivenessProbesWhileWatched(t *testing.T) {
 	time.Sleep(5 * livenessRound)
 	if n := probed(); n != before {
 		t.Errorf("%d probes after the last guest was unwatched, want none", n-before)
+	}
+}
+
+// TestLivenessBacksOffSilentGuests: a guest lost as fast as ever
+// (lostAfterMisses rounds) and silent since is probed ever less often, up
+// to livenessMaxWait apart, so that a host that is gone costs its LAN a
+// few probes a minute per guest, not ten a second; a guest that answers
+// is probed every round; an answer, or watching the guest anew, brings
+// back probing every round.
+func TestLivenessBacksOffSilentGuests(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	macA, macB := testMAC("a"), testMAC("b")
+	var (
+		mu     sync.Mutex
+		probes = map[netip.Addr]int{}
+		silent = map[netip.Addr]bool{b: true}
+	)
+	probed := func(ip netip.Addr) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return probes[ip]
+	}
+	setSilent := func(ip netip.Addr, s bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		silent[ip] = s
+	}
+	mac := map[netip.Addr]net.HardwareAddr{a: macA, b: macB}
+	l := newLiveness(func(_ context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		probes[ip]++
+		if silent[ip] {
+			return nil, false, nil
+		}
+		return mac[ip], true, nil
+	}, func() {})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitLost := func(what string, want bool, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for l.lost(b) != want {
+			if time.Since(start) > within {
+				t.Fatalf("%s: b lost %v after %s, want %v within %s", what, l.lost(b), time.Since(start), want, within)
+			}
+			time.Sleep(livenessRound / 10)
+		}
+		return time.Since(start)
+	}
+
+	l.watch(mac)
+	// Rounds of a loaded host run late: a round and a half of slack each.
+	firstDetection := (lostAfterMisses + 2) * livenessRound * 3 / 2
+	waitLost("first detection", true, firstDetection)
+	const window = 3 * time.Second
+	a0, b0 := probed(a), probed(b)
+	time.Sleep(window)
+	if n := probed(a) - a0; n < int(window/livenessRound)/2 {
+		t.Errorf("an answering guest was probed %d times in %s, want one probe a round (%s)", n, window, livenessRound)
+	}
+	// Waits of 2, 4, 8, 16 rounds fit in 3 s: 4 probes, 5 at a boundary.
+	if n := probed(b) - b0; n > 5 {
+		t.Errorf("a lost, silent guest was probed %d times in %s, want at most 5 (waits doubling from %s)", n, window, 2*livenessRound)
+	}
+
+	// It answers again: found at its next probe, then probed every round,
+	// so that its next death is found as fast as its first.
+	setSilent(b, false)
+	waitLost("answering again", false, livenessMaxWait+time.Second)
+	setSilent(b, true)
+	waitLost("silent again", true, firstDetection)
+
+	// Watched anew (its hypervisor answered, then not again): every round.
+	time.Sleep(window)
+	l.watch(map[netip.Addr]net.HardwareAddr{a: macA})
+	l.watch(mac)
+	b0 = probed(b)
+	waitLost("watched anew", true, firstDetection)
+	if n := probed(b) - b0; n < lostAfterMisses {
+		t.Errorf("watched anew: lost after %d probes, want %d", n, lostAfterMisses)
 	}
 }

@@ -15,8 +15,9 @@ import (
 // any shorter route on the host: a /1 takes half the Internet from the
 // default route. So a pod CIDR is routed only when it lies inside the
 // cluster CIDR (--cluster-cidr), touches no special-purpose range and no
-// subnet connected to the host, and no older Node claims it too. These are
-// pure functions over values; routes.go does the I/O.
+// subnet connected to the host, is not the whole cluster CIDR, and no
+// older Node's claim overlaps it. These are pure functions over values;
+// routes.go does the I/O.
 
 // specialPurpose are ranges no pod CIDR may overlap: traffic to them is
 // never a pod's (RFC 6890 and its IPv6 counterparts).
@@ -76,10 +77,10 @@ type podCIDRRules struct {
 	connected []netip.Prefix // subnets of every address on the host's links
 }
 
-// refusal says why node must get no route to cidr (masked), or "" when it
-// may get one. owner is the Node that keeps cidr when several claim it
-// (podCIDROwner), "" when none does.
-func (r podCIDRRules) refusal(cidr netip.Prefix, node, owner string) string {
+// refusal says why cidr (masked) must get no route whoever claims it, or
+// "" when it may get one unless an older Node's claim overlaps it
+// (podCIDRClaims).
+func (r podCIDRRules) refusal(cidr netip.Prefix) string {
 	if len(r.cluster) == 0 {
 		return "no cluster CIDR to check it against: start the CCM with --cluster-cidr (the cluster's pod subnet)"
 	}
@@ -98,15 +99,95 @@ func (r podCIDRRules) refusal(cidr netip.Prefix, node, owner string) string {
 		}
 		return fmt.Sprintf("not inside the cluster CIDR %s (--cluster-cidr)", joinPrefixes(same))
 	}
+	if slices.Contains(r.cluster, cidr) {
+		return fmt.Sprintf("the whole cluster CIDR %s, every Node's pods", cidr)
+	}
 	for _, s := range r.connected {
 		if cidr.Overlaps(s) {
 			return fmt.Sprintf("overlaps %s, a subnet connected to this host", s)
 		}
 	}
-	if owner != "" && owner != node {
-		return fmt.Sprintf("also claimed by node %q, which keeps it (the oldest claiming Node, ties broken by name)", owner)
+	return ""
+}
+
+// podCIDRClaims are every Node's pod CIDRs judged at once (judge).
+type podCIDRClaims struct {
+	rules podCIDRRules
+	why   map[nodeCIDR]string // each claim's refusal; "" when it is routed
+	kept  []nodeCIDR          // the claims routed, oldest Node first
+	// byAddr is kept's indices in address order (no two overlap): ints,
+	// cheap to insert among.
+	byAddr []int
+}
+
+// nodeCIDR is a Node's claim to a pod CIDR.
+type nodeCIDR struct {
+	node string
+	cidr netip.Prefix
+}
+
+// judge decides every Node's pod CIDRs. A CIDR the rules refuse is refused
+// and keeps nothing from anyone (a Node claiming the whole cluster CIDR
+// must not starve the others). Of the rest, oldest Node first
+// (firstClaimant), each is routed unless it overlaps one routed for
+// another Node, whose it stays: a newcomer cannot take an address of a
+// Node's pods, not even by claiming part of its CIDR. Every replica and
+// every pass agree. O(n log n) for n claims: the route controller's
+// CreateRoute judges every Node for each one.
+func (r podCIDRRules) judge(nodes []*v1.Node) podCIDRClaims {
+	c := podCIDRClaims{rules: r, why: make(map[nodeCIDR]string, len(nodes))}
+	for _, n := range slices.SortedFunc(slices.Values(nodes), firstClaimant) {
+		for _, cidr := range podCIDRsOf(n) {
+			claim := nodeCIDR{node: n.Name, cidr: cidr}
+			why := c.refusal(n.Name, cidr)
+			c.why[claim] = why
+			if at, over := c.overlapping(cidr); why == "" && len(over) == 0 {
+				c.byAddr = slices.Insert(c.byAddr, at, len(c.kept))
+				c.kept = append(c.kept, claim)
+			}
+		}
+	}
+	return c
+}
+
+// refusal says why node must get no route to cidr (masked), or "" when it
+// may get one: as judged if node claims cidr, else as a claim younger than
+// every other.
+func (c podCIDRClaims) refusal(node string, cidr netip.Prefix) string {
+	if why, judged := c.why[nodeCIDR{node: node, cidr: cidr}]; judged {
+		return why
+	}
+	if why := c.rules.refusal(cidr); why != "" {
+		return why
+	}
+	_, over := c.overlapping(cidr)
+	for _, k := range over {
+		switch {
+		case k.node == node:
+		case k.cidr == cidr:
+			return fmt.Sprintf("also claimed by node %q, which keeps it (the oldest claiming Node, ties broken by name)", k.node)
+		default:
+			return fmt.Sprintf("overlaps %s of node %q, which keeps it (the oldest claiming Node, ties broken by name)", k.cidr, k.node)
+		}
 	}
 	return ""
+}
+
+// overlapping are the kept claims that overlap cidr, and where in byAddr
+// cidr would go: the one before it if that contains it, then those inside
+// it, which follow it (no two kept overlap).
+func (c podCIDRClaims) overlapping(cidr netip.Prefix) (at int, over []nodeCIDR) {
+	at, _ = slices.BinarySearchFunc(c.byAddr, cidr.Addr(), func(i int, a netip.Addr) int { return c.kept[i].cidr.Addr().Compare(a) })
+	if at > 0 && c.kept[c.byAddr[at-1]].cidr.Contains(cidr.Addr()) {
+		over = append(over, c.kept[c.byAddr[at-1]])
+	}
+	for _, i := range c.byAddr[at:] {
+		if !cidr.Contains(c.kept[i].cidr.Addr()) {
+			break
+		}
+		over = append(over, c.kept[i])
+	}
+	return at, over
 }
 
 // prefixWithin reports whether p lies within c (same family, at least as long).
@@ -131,28 +212,8 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return a
 }
 
-// podCIDROwner is the Node that keeps cidr when several claim it: the
-// oldest by creationTimestamp, ties broken by name; "" when none claims it.
-// Every replica and every pass agree, and a newcomer cannot take a CIDR.
-func podCIDROwner(nodes []*v1.Node, cidr netip.Prefix) string { return podCIDROwners(nodes)[cidr] }
-
-// podCIDROwners is podCIDROwner for every claimed CIDR at once.
-func podCIDROwners(nodes []*v1.Node) map[netip.Prefix]string {
-	owner := map[netip.Prefix]*v1.Node{}
-	for _, n := range nodes {
-		for _, p := range podCIDRsOf(n) {
-			if o, ok := owner[p]; !ok || firstClaimant(n, o) < 0 {
-				owner[p] = n
-			}
-		}
-	}
-	out := make(map[netip.Prefix]string, len(owner))
-	for p, n := range owner {
-		out[p] = n.Name
-	}
-	return out
-}
-
+// firstClaimant orders Nodes oldest first, by creationTimestamp (which the
+// API server sets), ties broken by name: a newcomer cannot take a CIDR.
 func firstClaimant(a, b *v1.Node) int {
 	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
 		return c

@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/labcloud/labcloud/netroutes"
 )
@@ -70,11 +72,11 @@ func TestPodCIDRRefusal(t *testing.T) {
 		name  string
 		cidr  string
 		rules *podCIDRRules // default rules
-		owner string        // the Node that keeps the CIDR; node is always "a"
 		want  string        // substring of the refusal; "" when accepted
 	}{
 		{name: "inside the cluster CIDR", cidr: "10.244.250.0/24"},
-		{name: "the whole cluster CIDR", cidr: "10.244.0.0/16", rules: &podCIDRRules{cluster: rtCluster, connected: prefixes("10.88.0.0/24")}},
+		{name: "the whole cluster CIDR", cidr: "10.244.0.0/16", want: "the whole cluster CIDR 10.244.0.0/16, every Node's pods"},
+		{name: "the whole IPv6 cluster CIDR", cidr: "fd10:244::/32", want: "the whole cluster CIDR fd10:244::/32"},
 		{name: "half the Internet", cidr: "128.0.0.0/1", want: "overlaps 169.254.0.0/16 (link-local), which is never pod traffic"},
 		{name: "a quarter of the Internet", cidr: "64.0.0.0/2", want: "overlaps 127.0.0.0/8 (loopback)"},
 		{name: "an eighth of the Internet", cidr: "32.0.0.0/3", want: "not inside the cluster CIDR 10.244.0.0/16 (--cluster-cidr)"},
@@ -91,9 +93,6 @@ func TestPodCIDRRefusal(t *testing.T) {
 		{name: "inside a connected subnet", cidr: "10.244.9.0/26", want: "overlaps 10.244.9.0/25, a subnet connected"},
 		{name: "cluster CIDR over another libvirt network", cidr: "10.88.0.0/24",
 			rules: &podCIDRRules{cluster: prefixes("10.0.0.0/8"), connected: prefixes("10.88.0.0/24")}, want: "overlaps 10.88.0.0/24, a subnet connected"},
-		{name: "claimed by an older Node", cidr: "10.244.5.0/24", owner: "old", want: `also claimed by node "old", which keeps it`},
-		{name: "its own", cidr: "10.244.5.0/24", owner: "a"},
-		{name: "nobody claims it", cidr: "10.244.5.0/24", owner: ""},
 		{name: "no cluster CIDR", cidr: "10.244.5.0/24", rules: &podCIDRRules{}, want: "start the CCM with --cluster-cidr"},
 
 		{name: "IPv6 inside", cidr: "fd10:244:1::/64"},
@@ -116,7 +115,7 @@ func TestPodCIDRRefusal(t *testing.T) {
 			if tc.rules != nil {
 				r = *tc.rules
 			}
-			got := r.refusal(netip.MustParsePrefix(tc.cidr), "a", tc.owner)
+			got := r.refusal(netip.MustParsePrefix(tc.cidr))
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("refusal(%s) = %q, want %q", tc.cidr, got, tc.want)
 			}
@@ -124,39 +123,62 @@ func TestPodCIDRRefusal(t *testing.T) {
 	}
 }
 
-func TestPodCIDROwner(t *testing.T) {
+// TestPodCIDRClaims: oldest Node first, each pod CIDR is kept unless it
+// overlaps one kept for another Node; a CIDR refused on its own keeps
+// nothing from anyone; the cache's order does not matter.
+func TestPodCIDRClaims(t *testing.T) {
 	nodes := []*v1.Node{
 		bornNode("new", 30, "10.244.5.0/24"),
 		bornNode("old", 10, "10.244.5.0/24", "fd10:244:5::/64"),
 		bornNode("twin-b", 20, "10.244.6.0/24"),
 		bornNode("twin-a", 20, "10.244.6.7/24"), // host bits: the same CIDR
 		bornNode("alone", 40, "10.244.7.0/24"),
+		bornNode("inside-old", 31, "10.244.5.128/25"),
+		bornNode("around-old", 32, "10.244.4.0/23"),
+		bornNode("v6-inside", 33, "fd10:244:5::/80"),
+		bornNode("whole", 1, "10.244.0.0/16"),      // refused on its own, older than all
+		bornNode("outside", 2, "10.245.0.0/16"),    // refused on its own
+		bornNode("in-whole", 50, "10.244.60.0/24"), // inside whole's and outside's claims: kept
 	}
 	legacy := bornNode("legacy", 5)
 	legacy.Spec.PodCIDR = "10.244.8.0/24" // only the singular field
 	later := bornNode("later", 50, "10.244.8.0/24")
 	nodes = append(nodes, later, legacy)
+	rules := podCIDRRules{cluster: rtCluster}
 
-	for cidr, want := range map[string]string{
-		"10.244.5.0/24":   "old",    // the older Node keeps it
-		"fd10:244:5::/64": "old",    // the only claimant
-		"10.244.6.0/24":   "twin-a", // same age: first by name
-		"10.244.7.0/24":   "alone",
-		"10.244.8.0/24":   "legacy",
-		"10.244.9.0/24":   "", // nobody's
+	for _, tc := range []struct {
+		node, cidr string
+		want       string // substring of the refusal; "" when routed
+	}{
+		{"old", "10.244.5.0/24", ""},
+		{"new", "10.244.5.0/24", `also claimed by node "old", which keeps it (the oldest claiming Node, ties broken by name)`},
+		{"old", "fd10:244:5::/64", ""},
+		{"twin-a", "10.244.6.0/24", ""},
+		{"twin-b", "10.244.6.0/24", `also claimed by node "twin-a"`},
+		{"alone", "10.244.7.0/24", ""},
+		{"inside-old", "10.244.5.128/25", `overlaps 10.244.5.0/24 of node "old", which keeps it`},
+		{"around-old", "10.244.4.0/23", `overlaps 10.244.5.0/24 of node "old"`},
+		{"v6-inside", "fd10:244:5::/80", `overlaps fd10:244:5::/64 of node "old"`},
+		{"whole", "10.244.0.0/16", "the whole cluster CIDR"},
+		{"outside", "10.245.0.0/16", "not inside the cluster CIDR"},
+		{"in-whole", "10.244.60.0/24", ""},
+		{"legacy", "10.244.8.0/24", ""},
+		{"later", "10.244.8.0/24", `also claimed by node "legacy"`},
+		// Claims no Node makes (a route's gateway Node, a Node not cached
+		// yet) are judged as the youngest.
+		{"nobody", "10.244.9.0/24", ""},
+		{"nobody", "10.244.7.128/25", `overlaps 10.244.7.0/24 of node "alone"`},
+		{"alone", "10.244.7.0/25", ""}, // inside its own
+		{"nobody", "10.244.0.0/16", "the whole cluster CIDR"},
 	} {
-		p := netip.MustParsePrefix(cidr)
-		if got := podCIDROwner(nodes, p); got != want {
-			t.Errorf("podCIDROwner(%s) = %q, want %q", cidr, got, want)
-		}
-		// Any order of the cache gives the same owner.
+		p := netip.MustParsePrefix(tc.cidr)
 		rev := slices.Clone(nodes)
 		slices.Reverse(rev)
-		if got := podCIDROwner(rev, p); got != want {
-			t.Errorf("podCIDROwner(%s) over the reversed list = %q, want %q", cidr, got, want)
-		}
-		if got := podCIDROwners(nodes)[p]; got != want {
-			t.Errorf("podCIDROwners()[%s] = %q, want %q", cidr, got, want)
+		for _, order := range [][]*v1.Node{nodes, rev} {
+			got := rules.judge(order).refusal(tc.node, p)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("%s's %s: refusal %q, want %q", tc.node, tc.cidr, got, tc.want)
+			}
 		}
 	}
 }
@@ -245,4 +267,85 @@ func TestCloudRoutesRefused(t *testing.T) {
 			t.Errorf("without cluster CIDRs: %+v", *l)
 		}
 	}
+}
+
+// TestOverlappingPodCIDRs: as hostile.sh makes them, Nodes created after
+// node-1 with node-1's InternalIP: one inside node-1's /24, one with the
+// whole cluster CIDR, and a benign one. Neither the overlapping nor the
+// whole get a route (CreateRoute, a following replica) or a BGP route, and
+// ListRoutes blackholes theirs; node-1 and the benign Node get both, even
+// though the benign CIDR lies inside the older whole-cluster claim, which
+// is refused on its own and so keeps nothing from anyone.
+func TestOverlappingPodCIDRs(t *testing.T) {
+	nodes := hostileNodes("10.88.0.11")
+	rules := podCIDRRules{cluster: rtCluster, connected: rtSubnets}
+	want := map[string]string{ // pod CIDR → the Node it is routed to; "" refused
+		"10.244.1.0/24":   "node-1",
+		"10.244.250.0/24": "acc-benign",
+		"10.244.1.128/25": "",
+		"10.244.0.0/16":   "",
+	}
+	wantWhy := map[string]string{
+		"10.244.1.128/25": `overlaps 10.244.1.0/24 of node "node-1", which keeps it`,
+		"10.244.0.0/16":   "the whole cluster CIDR 10.244.0.0/16",
+	}
+	gw := netip.MustParseAddr("10.88.0.11")
+
+	// A following replica's routes.
+	got := map[string]bool{}
+	for _, r := range followedRoutes(nodes, rtSubnets, rules) {
+		got[r.Dst.String()] = r.Gateway == gw
+	}
+	// The BGP routes of this host (every Node's, with one host).
+	bgpGot := map[string]bool{}
+	routes, refused := bgpRoutes(nodes, rules, func(*v1.Node) bool { return true })
+	for _, r := range routes {
+		bgpGot[r.Prefix.String()] = r.NextHop == gw
+	}
+	// ListRoutes over a route to each, as an earlier CCM may have left.
+	var owned []netroutes.Route
+	for cidr := range want {
+		owned = append(owned, rtRoute(cidr, gw.String()))
+	}
+	listed, stray := cloudRoutes(owned, nodes, rules)
+	if len(stray) != 0 {
+		t.Errorf("stray routes %v: every CIDR is inside the cluster CIDR, for the route controller to delete", stray)
+	}
+	for cidr, node := range want {
+		if got[cidr] != (node != "") || bgpGot[cidr] != (node != "") {
+			t.Errorf("%s: routed %v, announced %v; want both %v", cidr, got[cidr], bgpGot[cidr], node != "")
+		}
+		if i := slices.IndexFunc(listed, func(r *cloudprovider.Route) bool { return r.DestinationCIDR == cidr }); i < 0 {
+			t.Errorf("ListRoutes does not list %s", cidr)
+		} else if listed[i].Blackhole != (node == "") || string(listed[i].TargetNode) != node {
+			t.Errorf("ListRoutes lists %s as %+v, want node %q (a blackhole if none)", cidr, *listed[i], node)
+		}
+		// CreateRoute, as the route controller calls it for the Node
+		// claiming the CIDR.
+		claimant := nodes[slices.IndexFunc(nodes, func(n *v1.Node) bool { return n.Spec.PodCIDRs[0] == cidr })]
+		_, problem := planRoute(routeFacts{subnets: rtSubnets, rules: rules, nodes: nodes},
+			&cloudprovider.Route{TargetNode: types.NodeName(claimant.Name), DestinationCIDR: cidr, TargetNodeAddresses: claimant.Status.Addresses})
+		if why := wantWhy[cidr]; why == "" && problem != nil || why != "" && (problem == nil || !strings.Contains(problem.Reason, why)) {
+			t.Errorf("CreateRoute for %s of %s: %v, want %q", cidr, claimant.Name, problem, why)
+		}
+		if why := wantWhy[cidr]; why != "" && !slices.ContainsFunc(refused, func(r string) bool { return strings.Contains(r, cidr) && strings.Contains(r, why) }) {
+			t.Errorf("BGP refusals %q lack %s: %s", refused, cidr, why)
+		}
+	}
+}
+
+// hostileNodes are hostile.sh's part (3), all with InternalIP ip: node-1,
+// then Nodes made later inside its /24, over the whole cluster CIDR (a
+// minute before the rest) and a benign one.
+func hostileNodes(ip string) []*v1.Node {
+	nodes := []*v1.Node{
+		bornNode("node-1", 1, "10.244.1.0/24"),
+		bornNode("acc-overlap", 30, "10.244.1.128/25"),
+		bornNode("acc-wide", 29, "10.244.0.0/16"),
+		bornNode("acc-benign", 30, "10.244.250.0/24"),
+	}
+	for _, n := range nodes {
+		n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}
+	}
+	return nodes
 }

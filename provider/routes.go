@@ -266,7 +266,7 @@ func planRoute(f routeFacts, route *cloudprovider.Route) (netroutes.Route, *netr
 		return netroutes.Route{}, &netroutes.Problem{Node: name, Reason: fmt.Sprintf("pod CIDR %q: %v", route.DestinationCIDR, err)}
 	}
 	dst = dst.Masked()
-	if why := f.rules.refusal(dst, name, podCIDROwner(f.nodes, dst)); why != "" {
+	if why := f.rules.judge(f.nodes).refusal(name, dst); why != "" {
 		return netroutes.Route{}, &netroutes.Problem{Node: name, PodCIDR: dst, Reason: why}
 	}
 	cached := nodeNamed(f.nodes, name)
@@ -293,14 +293,14 @@ func planRoute(f routeFacts, route *cloudprovider.Route) (netroutes.Route, *netr
 // allow, routed on the Node's own host (a name that is no "<dst> via <gw>",
 // so DeleteRoute removes nothing here for it).
 func routedElsewhere(nodes []*v1.Node, subnets []netip.Prefix, otherHost func(*v1.Node) bool, rules podCIDRRules) []*cloudprovider.Route {
-	owners := podCIDROwners(nodes)
+	claims := rules.judge(nodes)
 	var out []*cloudprovider.Route
 	for _, n := range nodes {
 		if !otherHost(n) || onSubnets(n, subnets) {
 			continue
 		}
 		for _, cidr := range podCIDRsOf(n) {
-			if rules.refusal(cidr, n.Name, owners[cidr]) == "" {
+			if claims.refusal(n.Name, cidr) == "" {
 				out = append(out, &cloudprovider.Route{Name: cidr.String() + " on the host of " + n.Name, TargetNode: types.NodeName(n.Name), DestinationCIDR: cidr.String()})
 			}
 		}
@@ -336,9 +336,9 @@ type strayRoute struct {
 // does not run then.
 func cloudRoutes(owned []netroutes.Route, nodes []*v1.Node, rules podCIDRRules) (listed []*cloudprovider.Route, stray []strayRoute) {
 	judge := len(rules.cluster) > 0
-	var owners map[netip.Prefix]string
+	var judged podCIDRClaims
 	if judge {
-		owners = podCIDROwners(nodes)
+		judged = rules.judge(nodes)
 	}
 	nodes = slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	byIP := map[netip.Addr][]*v1.Node{}
@@ -361,7 +361,7 @@ func cloudRoutes(owned []netroutes.Route, nodes []*v1.Node, rules podCIDRRules) 
 		}
 		why := ""
 		if judge {
-			why = rules.refusal(o.Dst, target, owners[o.Dst])
+			why = judged.refusal(target, o.Dst)
 		}
 		switch {
 		case why != "" && !controllerDeletes(o.Dst, rules.cluster):

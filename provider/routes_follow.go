@@ -82,12 +82,12 @@ func (r *routes) reconcileFrom(nodes corelisters.NodeLister) error {
 // followedRoutes are the routes a following replica keeps: netroutes.Desired
 // over the pod CIDRs podCIDRRules allows.
 func followedRoutes(nodes []*v1.Node, subnets []netip.Prefix, rules podCIDRRules) []netroutes.Route {
-	owners := podCIDROwners(nodes)
+	claims := rules.judge(nodes)
 	in := make([]netroutes.Node, 0, len(nodes))
 	for _, n := range nodes {
 		rn := netroutes.Node{Name: n.Name, Addresses: internalIPs(n.Status.Addresses)}
 		for _, cidr := range podCIDRsOf(n) {
-			if rules.refusal(cidr, n.Name, owners[cidr]) == "" {
+			if claims.refusal(n.Name, cidr) == "" {
 				rn.PodCIDRs = append(rn.PodCIDRs, cidr)
 			}
 		}

@@ -299,6 +299,13 @@ func startRoutes(t *testing.T, r *routes, nodes ...*v1.Node) *fake.Clientset {
 // waitEvent waits for an event on the Node whose reason and message match.
 func waitEvent(t *testing.T, client *fake.Clientset, node, reason, msg string) v1.Event {
 	t.Helper()
+	return waitObjectEvent(t, client, "Node", "", node, reason, msg)
+}
+
+// waitObjectEvent waits for an event on the object of kind, namespace and
+// name whose reason and message match.
+func waitObjectEvent(t *testing.T, client *fake.Clientset, kind, ns, name, reason, msg string) v1.Event {
+	t.Helper()
 	var found v1.Event
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		evs, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
@@ -306,7 +313,8 @@ func waitEvent(t *testing.T, client *fake.Clientset, node, reason, msg string) v
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == node && e.Reason == reason && strings.Contains(e.Message, msg) {
+			o := e.InvolvedObject
+			if o.Kind == kind && o.Namespace == ns && o.Name == name && e.Reason == reason && strings.Contains(e.Message, msg) {
 				found = e
 				return true, nil
 			}
@@ -314,7 +322,7 @@ func waitEvent(t *testing.T, client *fake.Clientset, node, reason, msg string) v
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no %s event on node %s with %q: %v", reason, node, msg, err)
+		t.Fatalf("no %s event on %s %s/%s with %q: %v", reason, kind, ns, name, msg, err)
 	}
 	return found
 }
@@ -783,5 +791,40 @@ func TestRoutesLeaveOtherHostsNodesToThem(t *testing.T) {
 	}
 	if (&Config{Host: "kvm1", Hypervisors: cfg.Hypervisors[:1]}).onOtherHost() != nil {
 		t.Error("with one host every Node is this host's")
+	}
+}
+
+// TestOverlappingPodCIDRsAgainstTheKernel is hostile.sh's part (3) on a
+// bridge of the test's own: Nodes made after node-1, with node-1's
+// InternalIP, inside its /24 and over the whole cluster CIDR, get no route
+// and a Warning; a benign one made with them gets its route.
+func TestOverlappingPodCIDRsAgainstTheKernel(t *testing.T) {
+	l := newRtLab(t)
+	var r *routes
+	var err error
+	l.inNetns(t, func() { r, err = newRoutes(RoutesConfig{Bridge: "rtbr0"}, rtCluster, nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := hostileNodes("192.168.77.11")
+	client := startRoutes(t, r, nodes...)
+	refused := map[string]string{
+		"acc-overlap": `overlaps 10.244.1.0/24 of node "node-1"`,
+		"acc-wide":    "the whole cluster CIDR 10.244.0.0/16",
+	}
+	for _, n := range nodes {
+		err := r.CreateRoute(context.Background(), "kubernetes", string(n.UID), &cloudprovider.Route{
+			TargetNode: types.NodeName(n.Name), DestinationCIDR: n.Spec.PodCIDRs[0], TargetNodeAddresses: n.Status.Addresses})
+		if why := refused[n.Name]; why == "" && err != nil || why != "" && (!errors.Is(err, errNoRoute) || !strings.Contains(err.Error(), why)) {
+			t.Errorf("CreateRoute for %s: %v, want %q", n.Name, err, why)
+		}
+	}
+	for name, why := range refused {
+		waitEvent(t, client, name, EventRouteNotCreated, why)
+	}
+	got := l.show(t, "proto", "76")
+	want := "10.244.1.0/24 via 192.168.77.11 dev rtbr0 metric 3076 \n10.244.250.0/24 via 192.168.77.11 dev rtbr0 metric 3076 \n"
+	if got != want {
+		t.Errorf("routes of proto 76:\n%s\nwant:\n%s", got, want)
 	}
 }

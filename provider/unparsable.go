@@ -32,7 +32,7 @@ type unparsableReporter struct {
 	sources  []unparsableSource
 	nodes    corelisters.NodeLister
 	recorder record.EventRecorder
-	reported map[string]string // domain UUID → the reason last reported; the reporter's loop only
+	reported map[string]string // domain UUID → the reason last reported, while unparsable; the reporter's loop only
 }
 
 func newUnparsableReporter(hvs []Hypervisor) *unparsableReporter {
@@ -53,14 +53,16 @@ func (r *unparsableReporter) start(ctx context.Context, _ kubernetes.Interface, 
 	informer := factory.Core().V1().Nodes()
 	r.nodes = informer.Lister()
 	synced := informer.Informer().HasSynced
-	found := make(chan libvirtcloud.UnparsableDomain, 64)
+	// A domain found unparsable, or nil: some domain changed (it may parse
+	// now, or be gone). One channel keeps the two in the order they came.
+	found := make(chan *libvirtcloud.UnparsableDomain, 64)
 	for _, s := range r.sources {
 		ch, stop := s.Subscribe()
 		go func() {
 			defer stop()
 			// Domains found before the subscription, then each new one.
 			for _, d := range s.Unparsable() {
-				found <- d
+				found <- &d
 			}
 			for {
 				select {
@@ -70,9 +72,7 @@ func (r *unparsableReporter) start(ctx context.Context, _ kubernetes.Interface, 
 					if !ok {
 						return
 					}
-					if ev.Unparsable != nil {
-						found <- *ev.Unparsable
-					}
+					found <- ev.Unparsable
 				}
 			}
 		}()
@@ -86,7 +86,11 @@ func (r *unparsableReporter) start(ctx context.Context, _ kubernetes.Interface, 
 			case <-ctx.Done():
 				return
 			case d := <-found:
-				r.report(d)
+				if d == nil {
+					r.forget()
+				} else {
+					r.report(*d)
+				}
 			}
 		}
 	}()
@@ -110,6 +114,26 @@ func (r *unparsableReporter) report(d libvirtcloud.UnparsableDomain) {
 			r.recorder.Event(ref, v1.EventTypeWarning, EventDomainUnparsable,
 				fmt.Sprintf("domain %s (uuid %s) on %s cannot be parsed: %s; the Node keeps what was last known of it", d.Name, d.UUID, d.Hypervisor, d.Reason))
 			return
+		}
+	}
+}
+
+// forget drops the domains no hypervisor finds unparsable now (they parse
+// again, or are gone): the table holds only the unparsable ones, and one
+// that breaks again is reported again.
+func (r *unparsableReporter) forget() {
+	if len(r.reported) == 0 {
+		return
+	}
+	now := map[string]bool{}
+	for _, s := range r.sources {
+		for _, d := range s.Unparsable() {
+			now[d.UUID] = true
+		}
+	}
+	for uuid := range r.reported {
+		if !now[uuid] {
+			delete(r.reported, uuid)
 		}
 	}
 }
