@@ -178,6 +178,19 @@ func TestRouterLearnsPodCIDRs(t *testing.T) {
 		t.Errorf("route carries no community %d:76: %s", routerASN, out)
 	}
 
+	// A prefix given two next hops costs only that prefix: it keeps its
+	// next hop, and a new one is announced beside it.
+	b, _ := json.Marshal([]Route{
+		{netip.MustParsePrefix("10.244.1.0/24"), node2}, {netip.MustParsePrefix("10.244.1.0/24"), node1},
+		{netip.MustParsePrefix("10.244.2.0/24"), node2}, {netip.MustParsePrefix("10.244.3.0/24"), node1},
+	})
+	if got := sp.do("announce " + string(b)); !strings.Contains(got, "prefix 10.244.1.0/24 given next hops") {
+		t.Errorf("announcing a prefix with two next hops: %q, want it named", got)
+	}
+	l.waitRIB("ip", 5*time.Second, func(rib map[netip.Prefix]frr.Route) bool {
+		return via(rib, "10.244.1.0/24", node1) && via(rib, "10.244.2.0/24", node2) && via(rib, "10.244.3.0/24", node1)
+	})
+
 	// A moved pod CIDR (a Node re-created elsewhere) and a deleted Node.
 	sp.announce(Route{netip.MustParsePrefix("10.244.1.0/24"), node2})
 	l.waitRIB("ip", 5*time.Second, func(rib map[netip.Prefix]frr.Route) bool {
@@ -348,11 +361,12 @@ func TestSpeakerProcess(t *testing.T) {
 				fmt.Println("speaker: error:", err)
 				continue
 			}
-			if err := s.Announce(routes); err != nil {
+			refused, err := s.Announce(routes)
+			if err != nil {
 				fmt.Println("speaker: error:", err)
 				continue
 			}
-			fmt.Println("speaker: ok")
+			fmt.Println("speaker: ok", strings.Join(refused, "; "))
 		case "sessions":
 			sessions, err := s.Sessions(context.Background())
 			if err != nil {

@@ -76,17 +76,21 @@ func Start(ctx context.Context, opts Options) (*Speaker, error) {
 
 // Announce makes the announced routes exactly routes: new ones are
 // announced, changed next hops replace the old, and the rest withdrawn.
-// A bad route refuses the whole set, naming the route.
-func (s *Speaker) Announce(routes []Route) error {
-	routes, err := normalize(routes)
-	if err != nil {
-		return err
-	}
+// A bad route, or a prefix given two next hops, is refused alone (see
+// normalize) and the rest announced; refused says why, a line each.
+func (s *Speaker) Announce(routes []Route) (refused []string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return errors.New("BGP speaker stopped")
+		return nil, errors.New("BGP speaker stopped")
 	}
+	routes, refused = normalize(routes, s.announced)
+	return refused, s.announce(routes)
+}
+
+// announce makes the announced routes exactly routes (normalized); s.mu
+// is held.
+func (s *Speaker) announce(routes []Route) error {
 	d := diffRoutes(s.announced, routes)
 	if len(d.announce) > 0 {
 		paths := make([]*apiutil.Path, 0, len(d.announce))
