@@ -39,10 +39,11 @@ var (
 )
 
 type lab struct {
-	t       *testing.T
-	router  *frr.Router
-	speaker string // its namespace
-	opts    Options
+	t        *testing.T
+	router   *frr.Router
+	routerNS string
+	speaker  string // its namespace
+	opts     Options
 }
 
 func newLab(t *testing.T, bfd bool) *lab {
@@ -74,7 +75,7 @@ func newLab(t *testing.T, bfd bool) *lab {
 		}
 		r.Stop()
 	})
-	return &lab{t: t, router: r, speaker: sns, opts: Options{
+	return &lab{t: t, router: r, routerNS: rns, speaker: sns, opts: Options{
 		ASN: speakerASN, RouterID: speakerAddr,
 		Peers:       []Peer{{Address: routerAddr, ASN: routerASN, BFD: bfd}},
 		Communities: []uint32{routerASN<<16 | 76},
@@ -375,6 +376,8 @@ func TestSpeakerProcess(t *testing.T) {
 			}
 			b, _ := json.Marshal(sessions)
 			fmt.Println("speaker: " + string(b))
+		case "mem":
+			fmt.Println("speaker: " + memory())
 		case "stop":
 			s.Stop(arg == "graceful")
 			fmt.Println("speaker: ok")

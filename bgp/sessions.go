@@ -26,6 +26,10 @@ type Session struct {
 	Since time.Time
 	// Announced is how many routes were sent to the peer.
 	Announced uint64
+	// Received is how many routes the peer sent that the speaker holds
+	// (its Adj-RIB-In, bounded by the prefix limit), Accepted how many of
+	// them the import policy kept: none.
+	Received, Accepted uint64
 	// BFD is the BFD session's state ("up", "down", "init",
 	// "admin_down"), empty without BFD.
 	BFD string
@@ -45,6 +49,7 @@ func (s *Speaker) Sessions(ctx context.Context) ([]Session, error) {
 		}
 		for _, f := range p.GetAfiSafis() {
 			sess.Announced += f.GetState().GetAdvertised()
+			sess.Received += f.GetState().GetReceived()
 		}
 		if b := p.GetState().GetBfdState(); b != nil && p.GetBfd().GetEnabled() {
 			sess.BFD = bfdState(b.GetSessionState())
@@ -54,8 +59,34 @@ func (s *Speaker) Sessions(ctx context.Context) ([]Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list BGP sessions: %w", err)
 	}
+	accepted, err := s.acceptedRoutes()
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Accepted = accepted[out[i].Peer]
+	}
 	slices.SortFunc(out, func(a, b Session) int { return a.Peer.Compare(b.Peer) })
 	return out, nil
+}
+
+// acceptedRoutes counts, per peer, the routes in the speaker's RIB that
+// were learned from it: what the import policy kept.
+func (s *Speaker) acceptedRoutes() (map[netip.Addr]uint64, error) {
+	n := map[netip.Addr]uint64{}
+	for _, f := range []gobgp.Family{gobgp.RF_IPv4_UC, gobgp.RF_IPv6_UC} {
+		err := s.server.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: f}, func(_ gobgp.NLRI, paths []*apiutil.Path) {
+			for _, p := range paths {
+				if p.PeerAddress.IsValid() { // not one of ours
+					n[p.PeerAddress]++
+				}
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list the BGP speaker's %s routes: %w", f, err)
+		}
+	}
+	return n, nil
 }
 
 // watchSessions logs each session's changes and keeps

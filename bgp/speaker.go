@@ -66,6 +66,10 @@ func Start(ctx context.Context, opts Options) (*Speaker, error) {
 		s.server.Stop()
 		return nil, fmt.Errorf("start BGP speaker: %w", err)
 	}
+	if err := s.ownRoutesOnly(ctx); err != nil {
+		s.server.Stop()
+		return nil, err
+	}
 	if err := s.watchSessions(ctx); err != nil {
 		s.server.Stop()
 		return nil, err
@@ -154,6 +158,32 @@ func (s *Speaker) Stop(gracefully bool) {
 	}
 }
 
+// ownRoutesOnly makes the speaker keep and send only the routes it
+// originates (Announce's): the global import policy, which GoBGP applies
+// to every path entering its RIB, and the export policy, applied to every
+// path sent to a peer, accept local paths and reject the rest. Nothing a
+// peer sends is used or passed on; GoBGP still holds it in the peer's
+// Adj-RIB-In, which the prefix limit bounds (peerConfig).
+func (s *Speaker) ownRoutesOnly(ctx context.Context) error {
+	own := &api.Policy{Name: "labcloud-own-routes", Statements: []*api.Statement{{
+		Name:       "labcloud-local",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
+	}}}
+	if err := s.server.AddPolicy(ctx, &api.AddPolicyRequest{Policy: own}); err != nil {
+		return fmt.Errorf("add the BGP speaker's policy: %w", err)
+	}
+	for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
+		err := s.server.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Direction: dir, Policies: []*api.Policy{{Name: own.Name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
+		}})
+		if err != nil {
+			return fmt.Errorf("assign the BGP speaker's %s policy: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // path is the GoBGP path for r, with the configured attributes.
 func (s *Speaker) path(r Route) (*apiutil.Path, error) {
 	nlri, err := gobgp.NewIPAddrPrefix(r.Prefix)
@@ -210,9 +240,11 @@ func (s *Speaker) peerConfig(p Peer) *api.Peer {
 	restart := uint32(s.opts.RestartTime / time.Second)
 	families := make([]*api.AfiSafi, 0, 2)
 	for _, afi := range []api.Family_Afi{api.Family_AFI_IP, api.Family_AFI_IP6} {
+		family := &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}
 		families = append(families, &api.AfiSafi{
-			Config:            &api.AfiSafiConfig{Family: &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true},
+			Config:            &api.AfiSafiConfig{Family: family, Enabled: true},
 			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
+			PrefixLimits:      &api.PrefixLimit{Family: family, MaxPrefixes: MaxPrefixes, ShutdownThresholdPct: prefixWarnPct},
 		})
 	}
 	c := &api.Peer{
@@ -244,6 +276,16 @@ func (s *Speaker) peerConfig(p Peer) *api.Peer {
 	}
 	return c
 }
+
+// MaxPrefixes bounds the routes the speaker holds from one peer, per
+// address family. It keeps none (ownRoutesOnly), but GoBGP holds what a
+// peer sends in its Adj-RIB-In all the same; a peer that sends more has
+// its session shut down (a Cease NOTIFICATION, "maximum number of
+// prefixes reached") and retried with the back-off of reconnects.
+const MaxPrefixes = 5000
+
+// prefixWarnPct is the share of MaxPrefixes at which GoBGP logs a warning.
+const prefixWarnPct = 80
 
 const (
 	// connectRetry is the wait between connection attempts (seconds;
