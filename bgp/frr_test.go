@@ -17,6 +17,7 @@ import (
 
 	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/internal/nstest"
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // The speaker under test runs in a process of its own inside a namespace
@@ -346,6 +347,7 @@ func TestSpeakerProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(conf), &opts); err != nil {
 		t.Fatal(err)
 	}
+	metrics.Register()
 	s, err := Start(context.Background(), opts)
 	if err != nil {
 		fmt.Println("speaker: error:", err)
@@ -378,6 +380,8 @@ func TestSpeakerProcess(t *testing.T) {
 			fmt.Println("speaker: " + string(b))
 		case "mem":
 			fmt.Println("speaker: " + memory())
+		case "metrics":
+			fmt.Println("speaker: " + bgpMetrics())
 		case "stop":
 			s.Stop(arg == "graceful")
 			fmt.Println("speaker: ok")

@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -18,7 +19,8 @@ import (
 	"time"
 
 	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
-	"github.com/vishvananda/netns"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/internal/nstest"
@@ -41,6 +43,13 @@ func TestHostilePeer(t *testing.T) {
 	sp := l.startSpeaker()
 	own := []Route{{netip.MustParsePrefix("10.244.1.0/24"), node1}, {netip.MustParsePrefix("fd00:244:1::/64"), node1v6}}
 	sp.announce(own...)
+	// Reported from the start, for each peer: what the lab's acceptance
+	// check greps for.
+	for _, peer := range []netip.Addr{routerAddr, hostileAddr} {
+		if m := sp.acceptedMetric(peer); m != "0" {
+			t.Errorf("labcloud_bgp_accepted_routes{peer=%q} = %q once the peer is configured, want 0", peer, m)
+		}
+	}
 	h := acceptPeer(t, ln)
 	l.waitRIB("ip", 20*time.Second, func(rib map[netip.Prefix]frr.Route) bool { return via(rib, "10.244.1.0/24", node1) })
 	h.waitRoutes(10*time.Second, own)
@@ -76,6 +85,9 @@ func TestHostilePeer(t *testing.T) {
 	for _, s := range sp.sessions() {
 		if s.Accepted != 0 {
 			t.Errorf("the speaker accepted %d routes from %s (received %d)", s.Accepted, s.Peer, s.Received)
+		}
+		if m := sp.acceptedMetric(s.Peer); m != "0" {
+			t.Errorf("labcloud_bgp_accepted_routes{peer=%q} = %q, want 0", s.Peer, m)
 		}
 	}
 	for fam, want := range map[string][]string{"ip": {"10.244.1.0/24"}, "ipv6": {"fd00:244:1::/64"}} {
@@ -120,6 +132,25 @@ func TestHostilePeer(t *testing.T) {
 	if d := shut.Heap - before.Heap; d > 4<<20 {
 		t.Errorf("the speaker's heap is %.1f MiB above what it was before the peer sent anything, after shutting it", mib(d))
 	}
+
+	// The shut peer is let back (its first failure costs no hold); an
+	// UPDATE whose attributes overrun it resets that session alone.
+	shutAt := time.Now()
+	h = acceptPeer(t, ln)
+	h.waitRoutes(10*time.Second, own)
+	t.Logf("the shut peer was let back %s later", time.Since(shutAt).Round(100*time.Millisecond))
+	b, err := updates(v4[:1], nil)[0].Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint16(b[gobgp.BGP_HEADER_LENGTH+2:], 0xfff0) // total path attribute length
+	h.sendRaw(b)
+	h.waitNotification(10*time.Second, gobgp.BGP_ERROR_UPDATE_MESSAGE_ERROR, gobgp.BGP_ERROR_SUB_MALFORMED_ATTRIBUTE_LIST)
+	time.Sleep(time.Second)
+	if st, err := l.router.NeighborState(t.Context(), speakerAddr); err != nil || st != "Established" {
+		t.Errorf("the other peer's session after a malformed UPDATE from the hostile one: %q (%v), want Established", st, err)
+	}
+	l.waitRIB("ip", time.Second, func(rib map[netip.Prefix]frr.Route) bool { return via(rib, "10.244.1.0/24", node1) && len(rib) == 1 })
 }
 
 // waitNotification waits for the speaker's NOTIFICATION ending the session.
@@ -141,27 +172,11 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // the socket stays in it whichever thread uses it.
 func listenIn(t *testing.T, ns string, addr netip.AddrPort) net.Listener {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+	var ln net.Listener
+	var err error
+	nstest.InNamed(t, ns, func() { ln, err = net.Listen("tcp", addr.String()) })
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer orig.Close()
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		t.Fatal(err)
-	}
-	ln, lerr := net.Listen("tcp", addr.String())
-	if err := netns.Set(orig); err != nil {
-		panic(err) // the locked thread must not run anything else
-	}
-	if lerr != nil {
-		t.Fatal(lerr)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
 	return ln
@@ -439,4 +454,45 @@ func (p *speakerProc) session(peer netip.Addr) Session {
 	}
 	p.t.Fatalf("the speaker has no session with %s", peer)
 	return Session{}
+}
+
+// bgpMetrics is this process's labcloud_bgp_* samples, as /metrics shows
+// them, as JSON.
+func bgpMetrics() string {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var text bytes.Buffer
+	for _, mf := range families {
+		if strings.HasPrefix(mf.GetName(), "labcloud_bgp_") {
+			if _, err := testutil.MetricFamilyToText(&text, mf); err != nil {
+				return "error: " + err.Error()
+			}
+		}
+	}
+	var samples []string
+	for line := range strings.Lines(text.String()) {
+		if !strings.HasPrefix(line, "#") {
+			samples = append(samples, strings.TrimSpace(line))
+		}
+	}
+	b, _ := json.Marshal(samples)
+	return string(b)
+}
+
+// acceptedMetric is the speaker's labcloud_bgp_accepted_routes for peer,
+// empty if there is none.
+func (p *speakerProc) acceptedMetric(peer netip.Addr) string {
+	p.t.Helper()
+	var samples []string
+	if err := json.Unmarshal([]byte(p.do("metrics")), &samples); err != nil {
+		p.t.Fatal(err)
+	}
+	for _, s := range samples {
+		if v, ok := strings.CutPrefix(s, fmt.Sprintf("labcloud_bgp_accepted_routes{peer=%q} ", peer.String())); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -32,6 +32,9 @@ type Speaker struct {
 	announced map[netip.Prefix]netip.Addr
 	peered    map[netip.Addr]bool // peers added to the server
 	stopped   bool
+
+	stopTending context.CancelFunc // ends tend, which closes tended
+	tended      chan struct{}
 }
 
 // Start runs a speaker. It stops when Stop is called, not when ctx ends:
@@ -75,6 +78,16 @@ func Start(ctx context.Context, opts Options) (*Speaker, error) {
 		return nil, err
 	}
 	metrics.BGPAnnouncedRoutes.Set(0)
+	for _, p := range opts.Peers {
+		metrics.BGPSessionUp.WithLabelValues(p.Address.String()).Set(0)
+		metrics.BGPAcceptedRoutes.WithLabelValues(p.Address.String()).Set(0)
+	}
+	tendCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopTending, s.tended = stop, make(chan struct{})
+	go func() {
+		defer close(s.tended)
+		s.tend(tendCtx)
+	}()
 	return s, nil
 }
 
@@ -146,6 +159,8 @@ func (s *Speaker) Stop(gracefully bool) {
 		return
 	}
 	s.stopped = true
+	s.stopTending()
+	<-s.tended
 	if gracefully {
 		if err := s.server.StopBgp(context.Background(), &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
 			s.log.Error(err, "Could not stop the BGP speaker gracefully")
@@ -155,6 +170,7 @@ func (s *Speaker) Stop(gracefully bool) {
 	}
 	for _, p := range s.opts.Peers {
 		metrics.BGPSessionUp.DeleteLabelValues(p.Address.String())
+		metrics.BGPAcceptedRoutes.DeleteLabelValues(p.Address.String())
 	}
 }
 
@@ -231,7 +247,6 @@ func (s *Speaker) addPeers() error {
 			return fmt.Errorf("add BGP peer %s: %w", p.Address, err)
 		}
 		s.peered[p.Address] = true
-		metrics.BGPSessionUp.WithLabelValues(p.Address.String()).Set(0)
 	}
 	return nil
 }
@@ -290,7 +305,8 @@ const prefixWarnPct = 80
 const (
 	// connectRetry is the wait between connection attempts (seconds;
 	// GoBGP's default is 120, which would leave a router that restarts
-	// without our routes for two minutes).
+	// without our routes for two minutes); the pacer (reconnect.go) holds
+	// a peer that keeps failing down between attempts.
 	connectRetry = 2
 	// idleAfterReset is the wait before reconnecting after a reset
 	// (seconds; GoBGP's default is 30). A BFD flap resets the session:
