@@ -205,6 +205,9 @@ func TestRouterLearnsPodCIDRs(t *testing.T) {
 	if err := json.Unmarshal([]byte(sp.do("sessions")), &sessions); err != nil {
 		t.Fatal(err)
 	}
+	if got := l.listening(); len(got) != 0 {
+		t.Errorf("the speaker (without BFD) listens on %q, want no port", got)
+	}
 	if len(sessions) != 1 || !sessions[0].Established() || sessions[0].Peer != routerAddr || sessions[0].Announced != 1 {
 		t.Errorf("sessions = %+v, want one established with %s, 1 route announced", sessions, routerAddr)
 	}
@@ -258,6 +261,12 @@ func TestBFDWithdrawsALostSpeaker(t *testing.T) {
 	sp.announce(Route{netip.MustParsePrefix("10.244.1.0/24"), node1})
 	l.waitSteady()
 	l.waitRIB("ip", 5*time.Second, func(rib map[netip.Prefix]frr.Route) bool { return via(rib, "10.244.1.0/24", node1) })
+
+	// GoBGP's BFD listens on UDP 3784 of every address (it can bind to
+	// a device, not an address); nothing else listens.
+	if got := l.listening(); !slices.Equal(got, []string{"udp *:3784"}) {
+		t.Errorf("the speaker's namespace listens on %q, want only BFD's udp *:3784", got)
+	}
 
 	if err := sp.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -319,6 +328,24 @@ func (l *lab) waitSteady() {
 		}
 		steady++
 	}
+}
+
+// listening lists the sockets listening in the speaker's namespace (its
+// process is the only one in it), as "tcp|udp address:port".
+func (l *lab) listening() []string {
+	l.t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", l.speaker, "ss", "-Hlntu").Output()
+	if err != nil {
+		l.t.Fatalf("ss in the speaker's namespace: %v", err)
+	}
+	var got []string
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) >= 5 {
+			got = append(got, f[0]+" "+f[4])
+		}
+	}
+	slices.Sort(got)
+	return got
 }
 
 func waitState(t *testing.T, r *frr.Router, peer netip.Addr, want string, within time.Duration) {
