@@ -115,7 +115,7 @@ func TestHostilePeer(t *testing.T) {
 	// Past the prefix limit: the hostile session is shut, what it sent
 	// dropped, and the other session goes on.
 	var more []netip.Prefix
-	for i := range MaxPrefixes {
+	for i := range maxPrefixes {
 		more = append(more, netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), 32))
 	}
 	h.send(updates(more, nil)...)
@@ -128,7 +128,7 @@ func TestHostilePeer(t *testing.T) {
 	if s := sp.session(hostileAddr); s.Received != 0 {
 		t.Errorf("the speaker still holds %d routes from the peer it shut", s.Received)
 	}
-	t.Logf("past the limit of %d: session shut, heap %+.1f MiB, RSS %+.1f MiB from before the peer sent anything", MaxPrefixes, mib(shut.Heap-before.Heap), mib(shut.RSS-before.RSS))
+	t.Logf("past the limit of %d: session shut, heap %+.1f MiB, RSS %+.1f MiB from before the peer sent anything", maxPrefixes, mib(shut.Heap-before.Heap), mib(shut.RSS-before.RSS))
 	if d := shut.Heap - before.Heap; d > 4<<20 {
 		t.Errorf("the speaker's heap is %.1f MiB above what it was before the peer sent anything, after shutting it", mib(d))
 	}

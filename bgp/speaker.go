@@ -259,7 +259,7 @@ func (s *Speaker) peerConfig(p Peer) *api.Peer {
 		families = append(families, &api.AfiSafi{
 			Config:            &api.AfiSafiConfig{Family: family, Enabled: true},
 			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
-			PrefixLimits:      &api.PrefixLimit{Family: family, MaxPrefixes: MaxPrefixes, ShutdownThresholdPct: prefixWarnPct},
+			PrefixLimits:      &api.PrefixLimit{Family: family, MaxPrefixes: maxPrefixes, ShutdownThresholdPct: prefixWarnPct},
 		})
 	}
 	c := &api.Peer{
@@ -292,14 +292,14 @@ func (s *Speaker) peerConfig(p Peer) *api.Peer {
 	return c
 }
 
-// MaxPrefixes bounds the routes the speaker holds from one peer, per
+// maxPrefixes bounds the routes the speaker holds from one peer, per
 // address family. It keeps none (ownRoutesOnly), but GoBGP holds what a
 // peer sends in its Adj-RIB-In all the same; a peer that sends more has
 // its session shut down (a Cease NOTIFICATION, "maximum number of
 // prefixes reached") and retried with the back-off of reconnects.
-const MaxPrefixes = 5000
+const maxPrefixes = 5000
 
-// prefixWarnPct is the share of MaxPrefixes at which GoBGP logs a warning.
+// prefixWarnPct is the share of maxPrefixes at which GoBGP logs a warning.
 const prefixWarnPct = 80
 
 const (
