@@ -17,6 +17,7 @@ import (
 
 	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/internal/nstest"
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // The speaker under test runs in a process of its own inside a namespace
@@ -39,10 +40,11 @@ var (
 )
 
 type lab struct {
-	t       *testing.T
-	router  *frr.Router
-	speaker string // its namespace
-	opts    Options
+	t        *testing.T
+	router   *frr.Router
+	routerNS string
+	speaker  string // its namespace
+	opts     Options
 }
 
 func newLab(t *testing.T, bfd bool) *lab {
@@ -74,7 +76,7 @@ func newLab(t *testing.T, bfd bool) *lab {
 		}
 		r.Stop()
 	})
-	return &lab{t: t, router: r, speaker: sns, opts: Options{
+	return &lab{t: t, router: r, routerNS: rns, speaker: sns, opts: Options{
 		ASN: speakerASN, RouterID: speakerAddr,
 		Peers:       []Peer{{Address: routerAddr, ASN: routerASN, BFD: bfd}},
 		Communities: []uint32{routerASN<<16 | 76},
@@ -178,6 +180,19 @@ func TestRouterLearnsPodCIDRs(t *testing.T) {
 		t.Errorf("route carries no community %d:76: %s", routerASN, out)
 	}
 
+	// A prefix given two next hops costs only that prefix: it keeps its
+	// next hop, and a new one is announced beside it.
+	b, _ := json.Marshal([]Route{
+		{netip.MustParsePrefix("10.244.1.0/24"), node2}, {netip.MustParsePrefix("10.244.1.0/24"), node1},
+		{netip.MustParsePrefix("10.244.2.0/24"), node2}, {netip.MustParsePrefix("10.244.3.0/24"), node1},
+	})
+	if got := sp.do("announce " + string(b)); !strings.Contains(got, "prefix 10.244.1.0/24 given next hops") {
+		t.Errorf("announcing a prefix with two next hops: %q, want it named", got)
+	}
+	l.waitRIB("ip", 5*time.Second, func(rib map[netip.Prefix]frr.Route) bool {
+		return via(rib, "10.244.1.0/24", node1) && via(rib, "10.244.2.0/24", node2) && via(rib, "10.244.3.0/24", node1)
+	})
+
 	// A moved pod CIDR (a Node re-created elsewhere) and a deleted Node.
 	sp.announce(Route{netip.MustParsePrefix("10.244.1.0/24"), node2})
 	l.waitRIB("ip", 5*time.Second, func(rib map[netip.Prefix]frr.Route) bool {
@@ -189,6 +204,9 @@ func TestRouterLearnsPodCIDRs(t *testing.T) {
 	var sessions []Session
 	if err := json.Unmarshal([]byte(sp.do("sessions")), &sessions); err != nil {
 		t.Fatal(err)
+	}
+	if got := l.listening(); len(got) != 0 {
+		t.Errorf("the speaker (without BFD) listens on %q, want no port", got)
 	}
 	if len(sessions) != 1 || !sessions[0].Established() || sessions[0].Peer != routerAddr || sessions[0].Announced != 1 {
 		t.Errorf("sessions = %+v, want one established with %s, 1 route announced", sessions, routerAddr)
@@ -243,6 +261,12 @@ func TestBFDWithdrawsALostSpeaker(t *testing.T) {
 	sp.announce(Route{netip.MustParsePrefix("10.244.1.0/24"), node1})
 	l.waitSteady()
 	l.waitRIB("ip", 5*time.Second, func(rib map[netip.Prefix]frr.Route) bool { return via(rib, "10.244.1.0/24", node1) })
+
+	// GoBGP's BFD listens on UDP 3784 of every address (it can bind to
+	// a device, not an address); nothing else listens.
+	if got := l.listening(); !slices.Equal(got, []string{"udp *:3784"}) {
+		t.Errorf("the speaker's namespace listens on %q, want only BFD's udp *:3784", got)
+	}
 
 	if err := sp.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -306,6 +330,24 @@ func (l *lab) waitSteady() {
 	}
 }
 
+// listening lists the sockets listening in the speaker's namespace (its
+// process is the only one in it), as "tcp|udp address:port".
+func (l *lab) listening() []string {
+	l.t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", l.speaker, "ss", "-Hlntu").Output()
+	if err != nil {
+		l.t.Fatalf("ss in the speaker's namespace: %v", err)
+	}
+	var got []string
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) >= 5 {
+			got = append(got, f[0]+" "+f[4])
+		}
+	}
+	slices.Sort(got)
+	return got
+}
+
 func waitState(t *testing.T, r *frr.Router, peer netip.Addr, want string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -332,6 +374,7 @@ func TestSpeakerProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(conf), &opts); err != nil {
 		t.Fatal(err)
 	}
+	metrics.Register()
 	s, err := Start(context.Background(), opts)
 	if err != nil {
 		fmt.Println("speaker: error:", err)
@@ -348,11 +391,12 @@ func TestSpeakerProcess(t *testing.T) {
 				fmt.Println("speaker: error:", err)
 				continue
 			}
-			if err := s.Announce(routes); err != nil {
+			refused, err := s.Announce(routes)
+			if err != nil {
 				fmt.Println("speaker: error:", err)
 				continue
 			}
-			fmt.Println("speaker: ok")
+			fmt.Println("speaker: ok", strings.Join(refused, "; "))
 		case "sessions":
 			sessions, err := s.Sessions(context.Background())
 			if err != nil {
@@ -361,6 +405,10 @@ func TestSpeakerProcess(t *testing.T) {
 			}
 			b, _ := json.Marshal(sessions)
 			fmt.Println("speaker: " + string(b))
+		case "mem":
+			fmt.Println("speaker: " + memory())
+		case "metrics":
+			fmt.Println("speaker: " + bgpMetrics())
 		case "stop":
 			s.Stop(arg == "graceful")
 			fmt.Println("speaker: ok")

@@ -1,7 +1,12 @@
 // Package bgp announces routes to BGP peers through an embedded GoBGP
-// speaker. It only tells peers; it never programs a kernel (netroutes
-// does that), never listens for connections (so it needs no privileged
-// port) and accepts no routes from peers.
+// speaker. It only tells peers: it never programs a kernel (netroutes
+// does that), never listens for BGP connections (so it needs no
+// privileged port), keeps and passes on no route a peer sends (its
+// policy accepts only its own), and holds at most maxPrefixes of each
+// peer's per family. With BFD on a peer, GoBGP listens on UDP 3784 of
+// every address (it can bind to a device, not an address) and drops
+// packets from addresses that are not BFD peers; a host firewall should
+// let 3784 in only from the peers, with TTL 255.
 package bgp
 
 import (

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // Route is one prefix announced with one next hop.
@@ -60,24 +61,50 @@ func diffRoutes(announced map[netip.Prefix]netip.Addr, desired []Route) routeDif
 	return d
 }
 
-// normalize checks each route and refuses a prefix given two next hops:
-// one route per prefix is what a peer keeps from one speaker.
-func normalize(routes []Route) ([]Route, error) {
-	out := make([]Route, 0, len(routes))
-	hops := make(map[netip.Prefix]netip.Addr, len(routes))
+// normalize keeps one good route per prefix, sorted, and refuses only
+// what is wrong: a route that fails its check, or a prefix given more than
+// one next hop (one route per prefix is what a peer keeps from one
+// speaker). A prefix in conflict keeps the next hop it is announced with
+// (announced) if that is one of them, so a second claim can neither move
+// nor withdraw it; otherwise it is not announced. refused says why, a line
+// per route or prefix, in order.
+func normalize(routes []Route, announced map[netip.Prefix]netip.Addr) (out []Route, refused []string) {
+	good := make([]Route, 0, len(routes))
 	for _, r := range routes {
 		if err := r.check(); err != nil {
-			return nil, err
-		}
-		if hop, dup := hops[r.Prefix]; dup {
-			if hop != r.NextHop {
-				return nil, fmt.Errorf("prefix %s given two next hops, %s and %s", r.Prefix, hop, r.NextHop)
-			}
+			refused = append(refused, err.Error())
 			continue
 		}
-		hops[r.Prefix] = r.NextHop
-		out = append(out, r)
+		good = append(good, r)
 	}
-	slices.SortFunc(out, func(a, b Route) int { return a.Prefix.Compare(b.Prefix) })
-	return out, nil
+	slices.SortFunc(good, func(a, b Route) int {
+		if c := a.Prefix.Compare(b.Prefix); c != 0 {
+			return c
+		}
+		return a.NextHop.Compare(b.NextHop)
+	})
+	good = slices.Compact(good)
+	for i, j := 0, 0; i < len(good); i = j {
+		p := good[i].Prefix
+		for j = i + 1; j < len(good) && good[j].Prefix == p; j++ {
+		}
+		if j == i+1 {
+			out = append(out, good[i])
+			continue
+		}
+		hops := make([]string, 0, j-i)
+		kept := false
+		for _, r := range good[i:j] {
+			hops = append(hops, r.NextHop.String())
+			kept = kept || announced[p] == r.NextHop
+		}
+		why := fmt.Sprintf("prefix %s given next hops %s", p, strings.Join(hops, " and "))
+		if kept {
+			out = append(out, Route{p, announced[p]})
+			refused = append(refused, why+": keeps "+announced[p].String()+" until one remains")
+		} else {
+			refused = append(refused, why+": not announced until one remains")
+		}
+	}
+	return out, refused
 }

@@ -46,25 +46,54 @@ func TestDiffRoutes(t *testing.T) {
 	}
 }
 
-func TestNormalizeRefuses(t *testing.T) {
+func TestNormalizeRefusesOnlyTheBadRoute(t *testing.T) {
+	good := route("10.244.3.0/24", "10.0.0.3")
 	for _, tc := range []struct {
-		routes []Route
-		want   string
+		bad  Route
+		want string
 	}{
-		{[]Route{route("10.244.1.0/24", "fd00::1")}, "different families"},
-		{[]Route{route("10.244.1.7/24", "10.0.0.1")}, "host bits"},
-		{[]Route{route("10.244.1.0/24", "127.0.0.1")}, "unicast"},
-		{[]Route{route("10.244.1.0/24", "fe80::1")}, "unicast"},
-		{[]Route{{Prefix: netip.MustParsePrefix("10.244.1.0/24")}}, "unicast"},
-		{[]Route{route("10.244.1.0/24", "10.0.0.1"), route("10.244.1.0/24", "10.0.0.2")}, "two next hops"},
+		{route("10.244.1.0/24", "fd00::1"), "different families"},
+		{route("10.244.1.7/24", "10.0.0.1"), "host bits"},
+		{route("10.244.1.0/24", "127.0.0.1"), "unicast"},
+		{route("10.244.1.0/24", "fe80::1"), "unicast"},
+		{Route{Prefix: netip.MustParsePrefix("10.244.1.0/24")}, "unicast"},
 	} {
-		if _, err := normalize(tc.routes); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("normalize(%v) = %v, want an error saying %q", tc.routes, err, tc.want)
+		got, refused := normalize([]Route{tc.bad, good}, nil)
+		if !reflect.DeepEqual(got, []Route{good}) || len(refused) != 1 || !strings.Contains(refused[0], tc.want) {
+			t.Errorf("normalize(%v, %v) = %v, refused %q; want %v and one refusal saying %q", tc.bad, good, got, refused, good, tc.want)
 		}
 	}
-	got, err := normalize([]Route{route("10.244.2.0/24", "10.0.0.2"), route("10.244.1.0/24", "10.0.0.1"), route("10.244.2.0/24", "10.0.0.2")})
-	if err != nil || !reflect.DeepEqual(got, []Route{route("10.244.1.0/24", "10.0.0.1"), route("10.244.2.0/24", "10.0.0.2")}) {
-		t.Errorf("normalize of a repeated route = %v, %v; want it once, sorted", got, err)
+	got, refused := normalize([]Route{route("10.244.2.0/24", "10.0.0.2"), route("10.244.1.0/24", "10.0.0.1"), route("10.244.2.0/24", "10.0.0.2")}, nil)
+	if len(refused) != 0 || !reflect.DeepEqual(got, []Route{route("10.244.1.0/24", "10.0.0.1"), route("10.244.2.0/24", "10.0.0.2")}) {
+		t.Errorf("normalize of a repeated route = %v, refused %q; want it once, sorted", got, refused)
+	}
+}
+
+// A prefix given two next hops (two Services' conditions naming one VIP
+// with different nodes) costs only that prefix, and never moves it: it
+// keeps the next hop it is announced with, if that is one of them.
+func TestNormalizeConflictingNextHops(t *testing.T) {
+	vip, other := netip.MustParsePrefix("192.0.2.5/32"), route("10.244.1.0/24", "10.0.0.1")
+	a, b, c := netip.MustParseAddr("10.0.0.11"), netip.MustParseAddr("10.0.0.12"), netip.MustParseAddr("10.0.0.13")
+	for _, tc := range []struct {
+		name      string
+		announced map[netip.Prefix]netip.Addr
+		want      []Route
+		says      string
+	}{
+		{"new prefix: not announced", nil, []Route{other}, "not announced"},
+		{"announced via one of them: kept", map[netip.Prefix]netip.Addr{vip: b}, []Route{other, {vip, b}}, "keeps 10.0.0.12"},
+		{"announced via neither: withdrawn", map[netip.Prefix]netip.Addr{vip: c}, []Route{other}, "not announced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, refused := normalize([]Route{{vip, a}, other, {vip, b}, {vip, a}}, tc.announced)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("routes = %v, want %v", got, tc.want)
+			}
+			if len(refused) != 1 || !strings.Contains(refused[0], "192.0.2.5/32 given next hops 10.0.0.11 and 10.0.0.12") || !strings.Contains(refused[0], tc.says) {
+				t.Errorf("refused = %q, want one line naming 192.0.2.5/32, both next hops, and saying %q", refused, tc.says)
+			}
+		})
 	}
 }
 

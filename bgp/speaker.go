@@ -32,6 +32,9 @@ type Speaker struct {
 	announced map[netip.Prefix]netip.Addr
 	peered    map[netip.Addr]bool // peers added to the server
 	stopped   bool
+
+	stopTending context.CancelFunc // ends tend, which closes tended
+	tended      chan struct{}
 }
 
 // Start runs a speaker. It stops when Stop is called, not when ctx ends:
@@ -66,27 +69,45 @@ func Start(ctx context.Context, opts Options) (*Speaker, error) {
 		s.server.Stop()
 		return nil, fmt.Errorf("start BGP speaker: %w", err)
 	}
+	if err := s.ownRoutesOnly(ctx); err != nil {
+		s.server.Stop()
+		return nil, err
+	}
 	if err := s.watchSessions(ctx); err != nil {
 		s.server.Stop()
 		return nil, err
 	}
 	metrics.BGPAnnouncedRoutes.Set(0)
+	for _, p := range opts.Peers {
+		metrics.BGPSessionUp.WithLabelValues(p.Address.String()).Set(0)
+		metrics.BGPAcceptedRoutes.WithLabelValues(p.Address.String()).Set(0)
+	}
+	tendCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopTending, s.tended = stop, make(chan struct{})
+	go func() {
+		defer close(s.tended)
+		s.tend(tendCtx)
+	}()
 	return s, nil
 }
 
 // Announce makes the announced routes exactly routes: new ones are
 // announced, changed next hops replace the old, and the rest withdrawn.
-// A bad route refuses the whole set, naming the route.
-func (s *Speaker) Announce(routes []Route) error {
-	routes, err := normalize(routes)
-	if err != nil {
-		return err
-	}
+// A bad route, or a prefix given two next hops, is refused alone (see
+// normalize) and the rest announced; refused says why, a line each.
+func (s *Speaker) Announce(routes []Route) (refused []string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return errors.New("BGP speaker stopped")
+		return nil, errors.New("BGP speaker stopped")
 	}
+	routes, refused = normalize(routes, s.announced)
+	return refused, s.announce(routes)
+}
+
+// announce makes the announced routes exactly routes (normalized); s.mu
+// is held.
+func (s *Speaker) announce(routes []Route) error {
 	d := diffRoutes(s.announced, routes)
 	if len(d.announce) > 0 {
 		paths := make([]*apiutil.Path, 0, len(d.announce))
@@ -138,6 +159,8 @@ func (s *Speaker) Stop(gracefully bool) {
 		return
 	}
 	s.stopped = true
+	s.stopTending()
+	<-s.tended
 	if gracefully {
 		if err := s.server.StopBgp(context.Background(), &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
 			s.log.Error(err, "Could not stop the BGP speaker gracefully")
@@ -147,7 +170,34 @@ func (s *Speaker) Stop(gracefully bool) {
 	}
 	for _, p := range s.opts.Peers {
 		metrics.BGPSessionUp.DeleteLabelValues(p.Address.String())
+		metrics.BGPAcceptedRoutes.DeleteLabelValues(p.Address.String())
 	}
+}
+
+// ownRoutesOnly makes the speaker keep and send only the routes it
+// originates (Announce's): the global import policy, which GoBGP applies
+// to every path entering its RIB, and the export policy, applied to every
+// path sent to a peer, accept local paths and reject the rest. Nothing a
+// peer sends is used or passed on; GoBGP still holds it in the peer's
+// Adj-RIB-In, which the prefix limit bounds (peerConfig).
+func (s *Speaker) ownRoutesOnly(ctx context.Context) error {
+	own := &api.Policy{Name: "labcloud-own-routes", Statements: []*api.Statement{{
+		Name:       "labcloud-local",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
+	}}}
+	if err := s.server.AddPolicy(ctx, &api.AddPolicyRequest{Policy: own}); err != nil {
+		return fmt.Errorf("add the BGP speaker's policy: %w", err)
+	}
+	for _, dir := range []api.PolicyDirection{api.PolicyDirection_POLICY_DIRECTION_IMPORT, api.PolicyDirection_POLICY_DIRECTION_EXPORT} {
+		err := s.server.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Direction: dir, Policies: []*api.Policy{{Name: own.Name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
+		}})
+		if err != nil {
+			return fmt.Errorf("assign the BGP speaker's %s policy: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // path is the GoBGP path for r, with the configured attributes.
@@ -197,7 +247,6 @@ func (s *Speaker) addPeers() error {
 			return fmt.Errorf("add BGP peer %s: %w", p.Address, err)
 		}
 		s.peered[p.Address] = true
-		metrics.BGPSessionUp.WithLabelValues(p.Address.String()).Set(0)
 	}
 	return nil
 }
@@ -206,9 +255,11 @@ func (s *Speaker) peerConfig(p Peer) *api.Peer {
 	restart := uint32(s.opts.RestartTime / time.Second)
 	families := make([]*api.AfiSafi, 0, 2)
 	for _, afi := range []api.Family_Afi{api.Family_AFI_IP, api.Family_AFI_IP6} {
+		family := &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}
 		families = append(families, &api.AfiSafi{
-			Config:            &api.AfiSafiConfig{Family: &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true},
+			Config:            &api.AfiSafiConfig{Family: family, Enabled: true},
 			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
+			PrefixLimits:      &api.PrefixLimit{Family: family, MaxPrefixes: maxPrefixes, ShutdownThresholdPct: prefixWarnPct},
 		})
 	}
 	c := &api.Peer{
@@ -241,10 +292,21 @@ func (s *Speaker) peerConfig(p Peer) *api.Peer {
 	return c
 }
 
+// maxPrefixes bounds the routes the speaker holds from one peer, per
+// address family. It keeps none (ownRoutesOnly), but GoBGP holds what a
+// peer sends in its Adj-RIB-In all the same; a peer that sends more has
+// its session shut down (a Cease NOTIFICATION, "maximum number of
+// prefixes reached") and retried with the back-off of reconnects.
+const maxPrefixes = 5000
+
+// prefixWarnPct is the share of maxPrefixes at which GoBGP logs a warning.
+const prefixWarnPct = 80
+
 const (
 	// connectRetry is the wait between connection attempts (seconds;
 	// GoBGP's default is 120, which would leave a router that restarts
-	// without our routes for two minutes).
+	// without our routes for two minutes); the pacer (reconnect.go) holds
+	// a peer that keeps failing down between attempts.
 	connectRetry = 2
 	// idleAfterReset is the wait before reconnecting after a reset
 	// (seconds; GoBGP's default is 30). A BFD flap resets the session:

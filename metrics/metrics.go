@@ -173,6 +173,12 @@ var (
 		Help:           "1 while the BGP session with the peer is established, else 0.",
 		StabilityLevel: k8smetrics.ALPHA,
 	}, []string{"peer"})
+	// BGPAcceptedRoutes is the number of routes kept from a peer.
+	BGPAcceptedRoutes = k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
+		Namespace: namespace, Subsystem: "bgp", Name: "accepted_routes",
+		Help:           "Routes learned from the BGP peer that the speaker keeps after its import policy, which rejects every one: not 0 means a bug.",
+		StabilityLevel: k8smetrics.ALPHA,
+	}, []string{"peer"})
 	// BGPAnnouncedRoutes is the number of routes the speaker announces.
 	BGPAnnouncedRoutes = k8smetrics.NewGauge(&k8smetrics.GaugeOpts{
 		Namespace: namespace, Subsystem: "bgp", Name: "announced_routes",
@@ -197,7 +203,7 @@ func Register() {
 			PoolAddresses, PoolAddressesInUse, Allocations, Releases, IPConflicts,
 			VIPMoves, FailoverSeconds, PlacementPassSeconds, ARPReplies, NDPReplies, VIPsDefended, VIPClaimsIgnored,
 			LibvirtReconnects, LibvirtCallSeconds, LibvirtDomains, LibvirtUnparsableDomains,
-			RouteWrites, BGPSessionUp, BGPAnnouncedRoutes, BuildInfo,
+			RouteWrites, BGPSessionUp, BGPAcceptedRoutes, BGPAnnouncedRoutes, BuildInfo,
 		)
 		BuildInfo.WithLabelValues(version.Get(), runtime.Version()).Set(1)
 	})

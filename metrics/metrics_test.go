@@ -30,6 +30,7 @@ func TestRegistered(t *testing.T) {
 	LibvirtUnparsableDomains.WithLabelValues("z").Set(1)
 	RouteWrites.WithLabelValues(OpAdd).Inc()
 	BGPSessionUp.WithLabelValues("192.0.2.1").Set(1)
+	BGPAcceptedRoutes.WithLabelValues("192.0.2.1").Set(0)
 
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
@@ -62,8 +63,8 @@ func TestRegistered(t *testing.T) {
 			}
 		}
 	}
-	if len(found) != 20 {
-		t.Errorf("%d labcloud_* metrics gathered (%v), want 20", len(found), found)
+	if len(found) != 21 {
+		t.Errorf("%d labcloud_* metrics gathered (%v), want 21", len(found), found)
 	}
 	problems, err := testutil.NewPromLinter(&text).Lint()
 	if err != nil {

@@ -134,13 +134,15 @@ func (a *bgpAnnouncer) run(ctx context.Context, speaker *bgp.Speaker) {
 	for {
 		routes, refused, recheck, err := a.desired(ctx)
 		if err == nil {
+			var speakerRefused []string
+			speakerRefused, err = speaker.Announce(routes)
+			refused = append(refused, speakerRefused...)
 			if !slices.Equal(refused, lastRefused) {
 				for _, r := range refused {
 					log.Info("Route not announced", "why", r)
 				}
 				lastRefused = refused
 			}
-			err = speaker.Announce(routes)
 		}
 		retry := (<-chan time.Time)(nil)
 		if err != nil {

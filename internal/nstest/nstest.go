@@ -39,6 +39,26 @@ func InNew(t testing.TB, f func(ns netns.NsHandle)) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces, bridges, veth")
 	}
+	in(t, netns.New, f)
+}
+
+// InNamed runs f on a locked thread inside the named network namespace
+// (/run/netns/NAME, as Named makes), and restores the thread's namespace
+// afterwards: sockets f opens stay in it.
+func InNamed(t testing.TB, name string, f func()) {
+	t.Helper()
+	in(t, func() (netns.NsHandle, error) {
+		ns, err := netns.GetFromName(name)
+		if err == nil {
+			err = netns.Set(ns)
+		}
+		return ns, err
+	}, func(netns.NsHandle) { f() })
+}
+
+// in runs f on a locked thread switched into the namespace enter returns.
+func in(t testing.TB, enter func() (netns.NsHandle, error), f func(ns netns.NsHandle)) {
+	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
@@ -46,7 +66,7 @@ func InNew(t testing.TB, f func(ns netns.NsHandle)) {
 		t.Fatal(err)
 	}
 	defer orig.Close()
-	ns, err := netns.New()
+	ns, err := enter()
 	if err != nil {
 		t.Fatal(err)
 	}
