@@ -24,7 +24,7 @@ import (
 
 // trustPools: one pool for every namespace, one kept for namespace a.
 var trustPools = []lb.PoolConfig{
-	{Name: "shared", Addresses: []string{"10.0.0.0/28"}},
+	{Name: "shared", Addresses: []string{"10.0.0.0/28", "fd00::/124"}},
 	{Name: "tenant-a", Addresses: []string{"10.0.1.0/28"}, Namespaces: []string{"a"}},
 }
 
@@ -131,8 +131,8 @@ func TestTrustedAnswers(t *testing.T) {
 	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
 	services := []*v1.Service{
 		claiming("a", "web", []string{"10.0.0.1"}, on("10.0.0.1", "n1", m1)),
-		claiming("b", "forge", []string{"10.0.0.9"}, on("10.0.0.1", "n2", m2)),                                   // a's VIP, not in its ingress
-		claiming("b", "forge-ingress", []string{"10.0.0.9"}, on("10.0.0.9", "n2", m2), on("10.0.0.2", "n2", m2)), // one claim of two is its own
+		claiming("b", "forge", []string{"10.0.0.9"}, on("10.0.0.1", "n2", m2)),                                  // a's VIP, not in its ingress
+		claiming("b", "forge-ingress", []string{"10.0.0.9"}, on("10.0.0.9", "n2", m2), on("fd00::2", "n2", m2)), // one claim of two is its own
 		claiming("a", "tenant", []string{"10.0.1.1"}, on("10.0.1.1", "n1", m1)),
 		claiming("b", "steal", []string{"10.0.1.2"}, on("10.0.1.2", "n2", m2)),
 		claiming("x1", "team", []string{"10.0.2.1"}, on("10.0.2.1", "n1", m1)),
@@ -150,7 +150,7 @@ func TestTrustedAnswers(t *testing.T) {
 	want := map[string]string{"10.0.0.1": "n1", "10.0.0.9": "n2", "10.0.1.1": "n1", "10.0.2.1": "n1", "10.0.0.6": "n1"}
 	wantRefused := []string{
 		"b/forge 10.0.0.1: not in the Service's status.loadBalancer.ingress",
-		"b/forge-ingress 10.0.0.2: not in the Service's status.loadBalancer.ingress",
+		"b/forge-ingress fd00::2: not in the Service's status.loadBalancer.ingress",
 		`b/steal 10.0.1.2: pool "tenant-a" is kept for other namespaces than b`,
 		`y1/team 10.0.2.2: pool "team-x" is kept for other namespaces than y1`,
 		`z1/team 10.0.2.3: pool "team-x" is kept for other namespaces than z1`,
