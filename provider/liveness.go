@@ -19,6 +19,9 @@ import (
 // probed on the bridge every livenessRound; after lostAfterMisses rounds
 // in a row without an answer from the guest's MAC, the node is lost: its
 // VIPs move to nodes that can answer them. One answer makes it found again.
+// Only the guest's own answer counts (Announcer.ProbeFor): a host naming
+// the guest's MAC from its own keeps no dead guest alive, and one that
+// answers first makes no live guest lost.
 //
 // A lost guest that stays silent (its host is gone) is probed ever less
 // often: after each further silent probe the wait doubles, from two rounds
@@ -31,8 +34,10 @@ const (
 	livenessMaxWait = 5 * time.Second
 )
 
-// prober asks the bridge who answers for an address (Announcer.Probe).
-type prober func(ctx context.Context, ip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
+// prober asks the bridge whether the host at mac answers for ip
+// (Announcer.ProbeFor): another host's answer, or a frame naming mac from
+// another host, is none.
+type prober func(ctx context.Context, ip netip.Addr, mac net.HardwareAddr) (answered bool, err error)
 
 // liveness probes the guests placement watches. Placement owns the set
 // (watch, every pass); the probe loop owns the verdicts.
@@ -143,13 +148,13 @@ func (l *liveness) round(ctx context.Context, now time.Time) {
 	)
 	for ip, mac := range targets {
 		wg.Go(func() {
-			owner, taken, err := l.probe(ctx, ip)
+			ok, err := l.probe(ctx, ip, mac)
 			if err != nil {
 				klog.FromContext(ctx).V(4).Info("Cannot probe a guest whose hypervisor cannot be asked", "address", ip, "err", err)
 				return // no verdict: the probe, not the guest, failed
 			}
 			amu.Lock()
-			answered[ip] = taken && bytes.Equal(owner, mac)
+			answered[ip] = ok
 			amu.Unlock()
 		})
 	}

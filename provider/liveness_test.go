@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/netip"
@@ -21,11 +22,10 @@ func TestLivenessVerdicts(t *testing.T) {
 		mu     sync.Mutex
 		owners = map[netip.Addr]net.HardwareAddr{} // who answers each address now; none: silence
 	)
-	probe := func(_ context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
+	probe := func(_ context.Context, ip netip.Addr, mac net.HardwareAddr) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		o, ok := owners[ip]
-		return o, ok, nil
+		return bytes.Equal(owners[ip], mac), nil
 	}
 	answer := func(ip netip.Addr, mac net.HardwareAddr) {
 		mu.Lock()
@@ -88,8 +88,8 @@ func TestLivenessVerdicts(t *testing.T) {
 // A failed probe is no verdict: it neither loses nor finds a guest.
 func TestLivenessProbeErrors(t *testing.T) {
 	a := netip.MustParseAddr("10.0.0.1")
-	l := newLiveness(func(context.Context, netip.Addr) (net.HardwareAddr, bool, error) {
-		return nil, false, net.ErrClosed
+	l := newLiveness(func(context.Context, netip.Addr, net.HardwareAddr) (bool, error) {
+		return false, net.ErrClosed
 	}, func() { t.Errorf("a pass asked for without a verdict") })
 	l.watch(map[netip.Addr]net.HardwareAddr{a: testMAC("a")})
 	for range 2 * lostAfterMisses {
@@ -97,6 +97,29 @@ func TestLivenessProbeErrors(t *testing.T) {
 	}
 	if l.lost(a) {
 		t.Errorf("lost on probe errors alone")
+	}
+}
+
+// Placement's liveness asks the announcer for the guest's own MAC, so that
+// another host answering for the guest's address is no answer.
+func TestPlacementProbesForTheGuestsMAC(t *testing.T) {
+	ann := newFakeAnnouncer()
+	p := newPlacement(placementConfig{ann: ann})
+	ip, guest := netip.MustParseAddr("10.0.0.1"), testMAC("a")
+	ann.setForeign(ip, testMAC("z"))
+	p.live.watch(map[netip.Addr]net.HardwareAddr{ip: guest})
+	ctx, at := context.Background(), time.Now()
+	for range lostAfterMisses {
+		at = at.Add(livenessMaxWait)
+		p.live.round(ctx, at)
+	}
+	if !p.live.lost(ip) {
+		t.Fatalf("not lost after %d rounds answered by another MAC only", lostAfterMisses)
+	}
+	ann.setForeign(ip, guest)
+	p.live.round(ctx, at.Add(livenessMaxWait))
+	if p.live.lost(ip) {
+		t.Errorf("still lost after the guest's MAC answered")
 	}
 }
 
@@ -132,11 +155,11 @@ func TestLivenessProbesWhileWatched(t *testing.T) {
 		defer mu.Unlock()
 		return probes
 	}
-	l := newLiveness(func(context.Context, netip.Addr) (net.HardwareAddr, bool, error) {
+	l := newLiveness(func(context.Context, netip.Addr, net.HardwareAddr) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		probes++
-		return nil, false, nil
+		return false, nil
 	}, func() {})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -189,14 +212,11 @@ func TestLivenessBacksOffSilentGuests(t *testing.T) {
 		silent[ip] = s
 	}
 	mac := map[netip.Addr]net.HardwareAddr{a: macA, b: macB}
-	l := newLiveness(func(_ context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
+	l := newLiveness(func(_ context.Context, ip netip.Addr, m net.HardwareAddr) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		probes[ip]++
-		if silent[ip] {
-			return nil, false, nil
-		}
-		return mac[ip], true, nil
+		return !silent[ip] && bytes.Equal(m, mac[ip]), nil
 	}, func() {})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

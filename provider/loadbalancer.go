@@ -48,6 +48,8 @@ type Announcer interface {
 	Answering() map[netip.Addr]net.HardwareAddr
 	Owned(vip netip.Addr) (net.HardwareAddr, bool)
 	Probe(ctx context.Context, vip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
+	// ProbeFor says whether the host at mac answers for ip (a guest's liveness).
+	ProbeFor(ctx context.Context, ip netip.Addr, mac net.HardwareAddr) (answered bool, err error)
 	Run(ctx context.Context) error
 }
 

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,8 @@ import (
 )
 
 // fakeAnnouncer records what the provider asks of the bridge. Probe reports
-// a foreign owner for the addresses listed in foreign.
+// a foreign owner for the addresses listed in foreign; ProbeFor, whether
+// that owner is the MAC asked for.
 type fakeAnnouncer struct {
 	mu      sync.Mutex
 	owned   map[netip.Addr]net.HardwareAddr
@@ -81,6 +83,13 @@ func (a *fakeAnnouncer) Probe(_ context.Context, vip netip.Addr) (net.HardwareAd
 		return mac, true, nil
 	}
 	return nil, false, nil
+}
+
+func (a *fakeAnnouncer) ProbeFor(_ context.Context, ip netip.Addr, mac net.HardwareAddr) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.probes = append(a.probes, ip)
+	return bytes.Equal(a.foreign[ip], mac), nil
 }
 
 func (a *fakeAnnouncer) Answering() map[netip.Addr]net.HardwareAddr {

@@ -146,8 +146,8 @@ func newPlacement(cfg placementConfig) *placement {
 		awaiting:        map[string]bool{},
 		answers:         newAnswerSplit(cfg.ann, cfg.here),
 	}
-	p.live = newLiveness(func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, bool, error) {
-		return p.ann.Probe(ctx, ip)
+	p.live = newLiveness(func(ctx context.Context, ip netip.Addr, mac net.HardwareAddr) (bool, error) {
+		return p.ann.ProbeFor(ctx, ip, mac)
 	}, p.poke)
 	return p
 }

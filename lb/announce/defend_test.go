@@ -36,17 +36,24 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// defending is a running fixture whose defences are reported on the
+// channel returned.
+func defending(t *testing.T) (*fixture, chan Defence) {
+	reports := make(chan Defence, 10)
+	opts := testOptions()
+	opts.OnDefend = func(d Defence) { reports <- d }
+	f := newFixture(t, opts)
+	f.run()
+	return f, reports
+}
+
 // TestDefendsAgainstClaims: an ARP packet naming a stranger's MAC for an
 // owned VIP is answered at once with a gratuitous round from the chosen
 // MAC, reported once; later claims within DefendInterval are counted and
 // answered with nothing. Packets from the bridge or from a node that
 // answers an owned VIP are no claims.
 func TestDefendsAgainstClaims(t *testing.T) {
-	reports := make(chan Defence, 10)
-	opts := testOptions()
-	opts.OnDefend = func(d Defence) { reports <- d }
-	f := newFixture(t, opts)
-	f.run()
+	f, reports := defending(t)
 	if err := f.a.Set(otherIP, node2MAC); err != nil {
 		t.Fatal(err)
 	}
@@ -120,5 +127,31 @@ func TestDefendsAgainstNDClaims(t *testing.T) {
 	}
 	if s := f.a.Stats(); s.Defended != 1 || s.Ignored != 1 {
 		t.Errorf("Stats %+v, want 1 defended, 1 ignored", s)
+	}
+}
+
+// TestDefendsAgainstForgedClaims: a claim on an owned VIP whose Ethernet
+// source is not the MAC it names is defended against all the same:
+// stations learn the MAC the packet names (Linux's arp_process takes the
+// sender hardware address), so one such frame would take the VIP from
+// them as surely as a sincere one.
+func TestDefendsAgainstForgedClaims(t *testing.T) {
+	f, reports := defending(t)
+	if err := f.a.Set(vip, node1MAC); err != nil {
+		t.Fatal(err)
+	}
+	f.settle(vip, node1MAC)
+	f.st.sendFrame(arpPacket(arp.OperationRequest, rogueMAC, vip, zeroMAC, vip), clientMAC, ethernet.Broadcast)
+	f.st.gratuitous(vip, node1MAC, 2, wait)
+	select {
+	case d := <-reports:
+		if !bytes.Equal(d.From, rogueMAC) {
+			t.Errorf("defended against %s, want the MAC the claim names, %s", d.From, rogueMAC)
+		}
+	case <-time.After(wait):
+		t.Error("OnDefend was not told")
+	}
+	if s := f.a.Stats(); s.Forged != 1 {
+		t.Errorf("Forged = %d, want 1", s.Forged)
 	}
 }

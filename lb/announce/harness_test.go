@@ -122,8 +122,9 @@ func listenLoopback(tb testing.TB) *net.UDPConn {
 }
 
 // segmentPair returns two *arp.Client joined by UDP loopback: one for the
-// announcer (on "the bridge") and one for a station on the same segment.
-func segmentPair(tb testing.TB) (bridge, station *arp.Client, stationRx *rxTime) {
+// announcer (on "the bridge") and one for a station on the same segment,
+// with the station's socket, to write frames no *arp.Client would.
+func segmentPair(tb testing.TB) (bridge, station *arp.Client, stationRaw udpSegment, stationRx *rxTime) {
 	tb.Helper()
 	a, b := listenLoopback(tb), listenLoopback(tb)
 	bc, err := arp.New(loopbackInterface(tb, "br-test", bridgeMAC), udpSegment{a, b.LocalAddr(), nil})
@@ -144,7 +145,7 @@ func segmentPair(tb testing.TB) (bridge, station *arp.Client, stationRx *rxTime)
 		tb.Fatalf("arp client: %v", err)
 	}
 	tb.Cleanup(func() { sc.Close() })
-	return bc, sc, rx
+	return bc, sc, udpSegment{b, a.LocalAddr(), nil}, rx
 }
 
 // ndSegment stands in for the neighbour-discovery packet socket.
@@ -172,6 +173,7 @@ func ndPair(tb testing.TB) (bridge *ndSegment, station udpSegment) {
 type station struct {
 	tb       testing.TB
 	c        *arp.Client
+	raw      udpSegment // c's socket: frames written as given
 	rx       *rxTime    // when the frame last read was written
 	nd       udpSegment // neighbour discovery
 	ndBridge *ndSegment // the announcer's end
@@ -180,6 +182,15 @@ type station struct {
 func (s *station) send(p *arp.Packet, dst net.HardwareAddr) {
 	s.tb.Helper()
 	if err := s.c.WriteTo(p, dst); err != nil {
+		s.tb.Fatalf("station write: %v", err)
+	}
+}
+
+// sendFrame writes a whole ARP frame, its Ethernet source as given: a
+// host can write any.
+func (s *station) sendFrame(p *arp.Packet, src, dst net.HardwareAddr) {
+	s.tb.Helper()
+	if _, err := s.raw.WriteTo(frameBytes(s.tb, p, src, dst), nil); err != nil {
 		s.tb.Fatalf("station write: %v", err)
 	}
 }
@@ -331,14 +342,14 @@ type fixture struct {
 // started until f.run().
 func newFixture(tb testing.TB, opts Options) *fixture {
 	tb.Helper()
-	bc, sc, rx := segmentPair(tb)
+	bc, sc, raw, rx := segmentPair(tb)
 	bnd, snd := ndPair(tb)
 	neigh := newFakeNeighbours()
 	a, err := NewWithConns(loopbackInterface(tb, "br-test", bridgeMAC), Conns{ARP: bc, ND: bnd}, neigh, opts)
 	if err != nil {
 		tb.Fatalf("NewWithConns: %v", err)
 	}
-	f := &fixture{a: a, st: &station{tb: tb, c: sc, rx: rx, nd: snd, ndBridge: bnd}, neigh: neigh}
+	f := &fixture{a: a, st: &station{tb: tb, c: sc, raw: raw, rx: rx, nd: snd, ndBridge: bnd}, neigh: neigh}
 	var once sync.Once
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(testContext(tb))

@@ -159,7 +159,9 @@ func (a *Announcer) handleND(ctx context.Context, f ndFrame) {
 		if from == nil {
 			from = f.ethSrc
 		}
-		a.claimed(m.TargetAddress, from)
+		if a.sincere(from, f.ethSrc) {
+			a.claimed(m.TargetAddress, from)
+		}
 		a.contest(ctx, m.TargetAddress, from, false)
 	case *ndp.NeighborSolicitation:
 		if f.src.IsUnspecified() {

@@ -21,7 +21,11 @@ import (
 
 // ndSocket opens a packet socket for IPv6 frames on eth0 in p's namespace,
 // to write frames as they are given and read what p's port delivers.
-func (l *lab) ndSocket(p labPeer) *packet.Conn {
+func (l *lab) ndSocket(p labPeer) *packet.Conn { return l.rawSocket(p, unix.ETH_P_IPV6) }
+
+// rawSocket opens a packet socket for frames of type proto on eth0 in p's
+// namespace.
+func (l *lab) rawSocket(p labPeer, proto int) *packet.Conn {
 	l.tb.Helper()
 	var c *packet.Conn
 	l.check(inNamespace(p.ns, func() error {
@@ -29,9 +33,9 @@ func (l *lab) ndSocket(p labPeer) *packet.Conn {
 		if err != nil {
 			return err
 		}
-		c, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_IPV6, nil)
+		c, err = packet.Listen(ifi, packet.Raw, proto, nil)
 		return err
-	}), "ND socket")
+	}), "packet socket")
 	l.cleanup(func() { c.Close() })
 	return c
 }

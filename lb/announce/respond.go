@@ -92,7 +92,7 @@ func isTimeout(err error) bool {
 // for the address, defends owned VIPs against other hosts' claims and
 // answers requests for owned VIPs.
 func (a *Announcer) handle(ctx context.Context, p *arp.Packet, eth *ethernet.Frame) {
-	if p == nil || p.HardwareType != 1 || p.ProtocolType != uint16(ethernet.EtherTypeIPv4) ||
+	if p == nil || eth == nil || p.HardwareType != 1 || p.ProtocolType != uint16(ethernet.EtherTypeIPv4) ||
 		p.HardwareAddrLength != 6 || p.IPLength != 4 ||
 		len(p.SenderHardwareAddr) != 6 || !p.SenderIP.Is4() || !p.TargetIP.Is4() {
 		return
@@ -103,7 +103,9 @@ func (a *Announcer) handle(ctx context.Context, p *arp.Packet, eth *ethernet.Fra
 	if p.SenderIP.IsUnspecified() && bytes.Equal(p.SenderHardwareAddr, a.bridge.Load().mac) {
 		return // one of our own probes
 	}
-	a.notifyProbes(p)
+	if a.sincere(p.SenderHardwareAddr, eth.Source) {
+		a.notifyProbes(p)
+	}
 	if !p.SenderIP.IsUnspecified() {
 		a.contest(ctx, p.SenderIP, p.SenderHardwareAddr, false)
 	}
@@ -130,7 +132,7 @@ func (a *Announcer) answer(ctx context.Context, req *arp.Packet, eth *ethernet.F
 		return
 	}
 	dst := req.SenderHardwareAddr
-	if eth != nil && len(eth.Source) == 6 && eth.Source[0]&1 == 0 {
+	if len(eth.Source) == 6 && eth.Source[0]&1 == 0 {
 		dst = eth.Source
 	}
 	reply := arpPacket(arp.OperationReply, c.mac, vip, req.SenderHardwareAddr, req.SenderIP)

@@ -27,12 +27,17 @@ type Stats struct {
 	Probes uint64
 	// WriteErrors is the number of frames that could not be written.
 	WriteErrors uint64
+	// Forged is the number of ARP packets and Neighbor Advertisements
+	// read whose Ethernet source is not the MAC they name (the sender
+	// hardware address, the target link-layer address): no probe takes
+	// them for an answer.
+	Forged uint64
 }
 
 // counters are the Stats as they grow, bumped by whichever goroutine
 // wrote the frame.
 type counters struct {
-	gratuitous, replies, advertisements, ndReplies, defended, ignored, probes, writeErrors atomic.Uint64
+	gratuitous, replies, advertisements, ndReplies, defended, ignored, probes, writeErrors, forged atomic.Uint64
 }
 
 // Stats returns the counters so far.
@@ -46,5 +51,6 @@ func (a *Announcer) Stats() Stats {
 		Ignored:        a.stats.ignored.Load(),
 		Probes:         a.stats.probes.Load(),
 		WriteErrors:    a.stats.writeErrors.Load(),
+		Forged:         a.stats.forged.Load(),
 	}
 }
