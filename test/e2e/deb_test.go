@@ -74,20 +74,7 @@ func TestDebPackage(t *testing.T) {
 	stockDefaultNetwork(t)
 	kubeconfigAsREADME(t, root)
 
-	// The unit's port and leader lease are this CCM's alone.
-	env.ccmMu.Lock()
-	for _, o := range env.ccms {
-		if !o.proc.Exited() {
-			env.ccmMu.Unlock()
-			t.Fatal("another CCM of the suite runs: the unit's CCM needs port 10258 and the leader lease")
-		}
-	}
-	env.ccmMu.Unlock()
-	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", defaultSecurePort)); err != nil {
-		t.Fatalf("port %d is taken: %v", defaultSecurePort, err)
-	} else {
-		l.Close()
-	}
+	requireUnitPort(t)
 
 	argv := append([]string{filepath.Join(root, words[0])}, words[1:]...)
 	sandbox, err := examples.UnitSandbox(unit)
@@ -160,6 +147,25 @@ func TestDebPackage(t *testing.T) {
 	if log := p.Tail(1000); strings.Contains(log, "forbidden") {
 		t.Errorf("the RBAC forbids something the CCM does; log:\n%s", grepLines(log, "forbidden"))
 	}
+}
+
+// requireUnitPort fails unless the unit's port and leader lease can be one
+// CCM's alone: no other CCM of the suite runs.
+func requireUnitPort(t *testing.T) {
+	t.Helper()
+	env.ccmMu.Lock()
+	for _, o := range env.ccms {
+		if !o.proc.Exited() {
+			env.ccmMu.Unlock()
+			t.Fatal("another CCM of the suite runs: the unit's CCM needs port 10258 and the leader lease")
+		}
+	}
+	env.ccmMu.Unlock()
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", defaultSecurePort))
+	if err != nil {
+		t.Fatalf("port %d is taken: %v", defaultSecurePort, err)
+	}
+	l.Close()
 }
 
 // stockDefaultNetwork makes sure libvirt's stock network runs, as on a fresh
