@@ -12,6 +12,9 @@ import (
 // without systemd can be given too: its capabilities and no new
 // privileges. The lab and the tests start the CCM inside it, so that
 // anything needing more privilege than the unit grants fails there first.
+// The rest (the system-call filter, W^X memory, /proc hidden, the file
+// system read-only, MemoryMax and TasksMax) only systemd applies: the
+// e2e test TestDebUnderSystemd runs the CCM under the unit itself.
 type Sandbox struct {
 	// Bounding is CapabilityBoundingSet, e.g. CAP_NET_ADMIN.
 	Bounding []string

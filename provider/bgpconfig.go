@@ -3,10 +3,12 @@ package provider
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -76,17 +78,46 @@ func (c BGPConfig) validate() []error {
 // SpeakerOptions are the speaker's options, with each peer's password
 // read from its file.
 func (c BGPConfig) SpeakerOptions() (bgp.Options, error) {
-	return c.options(func(path string) (string, error) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return "", err
-		}
-		pw := strings.TrimRight(string(data), "\r\n")
-		if pw == "" {
-			return "", errors.New("is empty")
-		}
-		return pw, nil
-	})
+	return c.options(readPasswordFile)
+}
+
+// maxPasswordFile bounds what is read: TCP MD5 keys are at most 80 bytes.
+const maxPasswordFile = 4096
+
+// readPasswordFile reads a password as ssh reads a private key: refused
+// when group or others may read or write the file, or when it belongs to
+// a user other than root or this process's, who could swap it.
+func readPasswordFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", errors.New("is not a regular file")
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("has mode %04o: group or others may read or write it (chmod 600 it)", perm)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return "", fmt.Errorf("is owned by uid %d, neither root nor the CCM's user (chown it)", st.Uid)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxPasswordFile+1))
+	if err != nil {
+		return "", err
+	}
+	if len(data) > maxPasswordFile {
+		return "", fmt.Errorf("is longer than %d bytes", maxPasswordFile)
+	}
+	pw := strings.TrimRight(string(data), "\r\n")
+	if pw == "" {
+		return "", errors.New("is empty")
+	}
+	return pw, nil
 }
 
 func (c BGPConfig) options(readPassword func(string) (string, error)) (bgp.Options, error) {

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ func TestDebPackage(t *testing.T) {
 	checkDebArchive(t, deb)
 	root := filepath.Join(tmp, "root")
 	dpkgInstall(t, root, deb)
+	checkConfigDir(t, root, deb)
 
 	// The installed binary is the version-stamped one.
 	want, err := exec.Command(filepath.Join(env.repo, "hack", "version.sh")).Output()
@@ -72,20 +74,7 @@ func TestDebPackage(t *testing.T) {
 	stockDefaultNetwork(t)
 	kubeconfigAsREADME(t, root)
 
-	// The unit's port and leader lease are this CCM's alone.
-	env.ccmMu.Lock()
-	for _, o := range env.ccms {
-		if !o.proc.Exited() {
-			env.ccmMu.Unlock()
-			t.Fatal("another CCM of the suite runs: the unit's CCM needs port 10258 and the leader lease")
-		}
-	}
-	env.ccmMu.Unlock()
-	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", defaultSecurePort)); err != nil {
-		t.Fatalf("port %d is taken: %v", defaultSecurePort, err)
-	} else {
-		l.Close()
-	}
+	requireUnitPort(t)
 
 	argv := append([]string{filepath.Join(root, words[0])}, words[1:]...)
 	sandbox, err := examples.UnitSandbox(unit)
@@ -158,6 +147,25 @@ func TestDebPackage(t *testing.T) {
 	if log := p.Tail(1000); strings.Contains(log, "forbidden") {
 		t.Errorf("the RBAC forbids something the CCM does; log:\n%s", grepLines(log, "forbidden"))
 	}
+}
+
+// requireUnitPort fails unless the unit's port and leader lease can be one
+// CCM's alone: no other CCM of the suite runs.
+func requireUnitPort(t *testing.T) {
+	t.Helper()
+	env.ccmMu.Lock()
+	for _, o := range env.ccms {
+		if !o.proc.Exited() {
+			env.ccmMu.Unlock()
+			t.Fatal("another CCM of the suite runs: the unit's CCM needs port 10258 and the leader lease")
+		}
+	}
+	env.ccmMu.Unlock()
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", defaultSecurePort))
+	if err != nil {
+		t.Fatalf("port %d is taken: %v", defaultSecurePort, err)
+	}
+	l.Close()
 }
 
 // stockDefaultNetwork makes sure libvirt's stock network runs, as on a fresh
@@ -242,12 +250,43 @@ func checkDebArchive(t *testing.T, deb string) {
 		"/usr/share/doc/" + debPackage + "/examples/cloud-config.yaml":         "-rw-r--r--",
 		"/usr/share/doc/" + debPackage + "/examples/kubeadm-config.yaml":       "-rw-r--r--",
 		"/usr/share/doc/" + debPackage + "/examples/service-loadbalancer.yaml": "-rw-r--r--",
-		examples.ConfigDir + "/":                                               "drwxr-xr-x",
+		examples.ConfigDir + "/":                                               "drwxr-x---",
 	} {
 		if files[path] != mode {
 			t.Errorf("%s in the package: %q, want %s", path, files[path], mode)
 		}
 	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); f[1] != "root/root" {
+			t.Errorf("%s in the package is owned by %s, want root/root", f[len(f)-1], f[1])
+		}
+	}
+}
+
+// checkConfigDir checks that the installed config directory is root's
+// alone, also where it was 0755 before (made by hand, or by an older
+// package): dpkg keeps an existing directory's mode, the postinst does not.
+func checkConfigDir(t *testing.T, root, deb string) {
+	t.Helper()
+	dir := filepath.Join(root, examples.ConfigDir)
+	check := func(when string) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != 0o750 || st.Uid != 0 || st.Gid != 0 {
+			t.Errorf("%s: %s has mode %04o, owner %d:%d; want 0750 root:root", when, examples.ConfigDir, fi.Mode().Perm(), st.Uid, st.Gid)
+		}
+	}
+	check("installed")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("dpkg", "--root="+root, "--force-depends", "--force-script-chrootless", "-i", deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg -i again: %v\n%s", err, out)
+	}
+	check("installed again over a 0755 directory")
 }
 
 // dpkgInstall installs deb with dpkg into an empty root and checks that

@@ -67,6 +67,9 @@ func Boot(ctx context.Context, opts Options) (m *Machine, err error) {
 	if err := InstallMissing(ctx, "systemd-container"); err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
+	if err := mountHostCgroups(); err != nil {
+		return nil, fmt.Errorf("boot: %w", err)
+	}
 	if opts.BootTimeout == 0 {
 		opts.BootTimeout = 60 * time.Second
 	}

@@ -332,3 +332,32 @@ func TestBootCopy(t *testing.T) {
 		t.Errorf("copied root %s left behind: %v", dir, err)
 	}
 }
+
+// inNetnsExecEnv marks the copy of this test binary that
+// TestBootUnderNetnsExec runs under `ip netns exec`.
+const inNetnsExecEnv = "SYSTEMDROOT_TEST_IN_NETNS_EXEC"
+
+// TestBootUnderNetnsExec boots from a process that `ip netns exec` runs, as
+// the e2e suite's tests are: it mounts a fresh sysfs on /sys, without the
+// cgroup file systems that nspawn needs ("Failed to determine whether the
+// unified cgroups hierarchy is used"). The copy runs TestBootCopy there.
+func TestBootUnderNetnsExec(t *testing.T) {
+	if os.Getenv(inNetnsExecEnv) != "" {
+		t.Skip("this is the copy under ip netns exec")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	needRoot(t, ctx)
+	cachedRoot(t, ctx) // built here, not in the copy's shorter view of the log
+	ns := fmt.Sprintf("sdrt-%d", os.Getpid())
+	removeStaleNetNS(t, ctx)
+	run(t, ctx, "ip", "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestBootCopy$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), inNetnsExecEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestBootCopy") {
+		t.Fatalf("TestBootCopy under ip netns exec: %v\n%s", err, out)
+	}
+	t.Logf("TestBootCopy under ip netns exec:\n%s", out)
+}
