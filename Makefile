@@ -76,9 +76,7 @@ modules:
 # representative subset of Kubernetes' own e2e tests; make conformance runs them all.
 test: deps tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
-		$(GOTEST) -timeout 80m ./...
-	hack/ci-e2e.sh
-	$(MAKE) fuzz
+		hack/test-suites.sh
 
 # Each fuzz target for FUZZTIME: the parsers of what users and libvirt
 # hand the CCM (annotations, cloud config, domain XML, ARP and NDP frames,
