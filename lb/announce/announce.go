@@ -187,6 +187,10 @@ type Announcer struct {
 	// for writing while a new table is published: once Set or Remove
 	// returns, nothing is sent from the table it replaced.
 	wireMu sync.RWMutex
+	// answerMACs are the MACs the published table answers with, so that
+	// telling our own frames from a stranger's claim costs a lookup, not
+	// a walk of the table per frame. Guarded by wireMu; set with the table.
+	answerMACs map[string]bool
 
 	kick chan struct{} // wakes the announce loop
 

@@ -74,9 +74,8 @@ func (a *Announcer) contest(ctx context.Context, vip netip.Addr, from net.Hardwa
 		return // the answering process defends
 	}
 	a.wireMu.RLock()
-	t := a.table()
-	c, owned := t[vip]
-	if !owned || a.ours(t, from) {
+	c, owned := a.table()[vip]
+	if !owned || a.ours(from) {
 		a.wireMu.RUnlock()
 		return
 	}
@@ -101,15 +100,7 @@ func (a *Announcer) contest(ctx context.Context, vip netip.Addr, from net.Hardwa
 // ours says whether mac is the bridge's or a node's that answers some
 // owned VIP. Frames from those are the host's own (another process on the
 // bridge, or a round written just before a move) or one of the nodes
-// placement chooses from, not a stranger's.
-func (a *Announcer) ours(t vipTable, mac net.HardwareAddr) bool {
-	if bytes.Equal(mac, a.bridge.Load().mac) {
-		return true
-	}
-	for _, c := range t {
-		if bytes.Equal(mac, c.mac) {
-			return true
-		}
-	}
-	return false
+// placement chooses from, not a stranger's. The caller holds wireMu.
+func (a *Announcer) ours(mac net.HardwareAddr) bool {
+	return bytes.Equal(mac, a.bridge.Load().mac) || a.answerMACs[string(mac)]
 }

@@ -33,8 +33,13 @@ func (a *Announcer) table() vipTable { return *a.vips.Load() }
 func (a *Announcer) change(edit func(vipTable)) {
 	t := maps.Clone(a.table())
 	edit(t)
+	macs := make(map[string]bool, len(t))
+	for _, c := range t {
+		macs[string(c.mac)] = true
+	}
 	a.wireMu.Lock()
 	a.vips.Store(&t)
+	a.answerMACs = macs
 	a.wireMu.Unlock()
 }
 
