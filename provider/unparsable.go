@@ -54,15 +54,26 @@ func (r *unparsableReporter) start(ctx context.Context, _ kubernetes.Interface, 
 	r.nodes = informer.Lister()
 	synced := informer.Informer().HasSynced
 	// A domain found unparsable, or nil: some domain changed (it may parse
-	// now, or be gone). One channel keeps the two in the order they came.
+	// now, or be gone). Every item received prunes the table, so a nil is
+	// dropped when the channel is full: the items queued prune it too.
 	found := make(chan *libvirtcloud.UnparsableDomain, 64)
+	send := func(d *libvirtcloud.UnparsableDomain) bool {
+		select {
+		case found <- d:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	for _, s := range r.sources {
 		ch, stop := s.Subscribe()
 		go func() {
 			defer stop()
 			// Domains found before the subscription, then each new one.
 			for _, d := range s.Unparsable() {
-				found <- &d
+				if !send(&d) {
+					return
+				}
 			}
 			for {
 				select {
@@ -72,7 +83,16 @@ func (r *unparsableReporter) start(ctx context.Context, _ kubernetes.Interface, 
 					if !ok {
 						return
 					}
-					found <- ev.Unparsable
+					if ev.Unparsable != nil {
+						if !send(ev.Unparsable) {
+							return
+						}
+						continue
+					}
+					select {
+					case found <- nil:
+					default:
+					}
 				}
 			}
 		}()
@@ -86,11 +106,10 @@ func (r *unparsableReporter) start(ctx context.Context, _ kubernetes.Interface, 
 			case <-ctx.Done():
 				return
 			case d := <-found:
-				if d == nil {
-					r.forget()
-				} else {
+				if d != nil {
 					r.report(*d)
 				}
+				r.forget()
 			}
 		}
 	}()
