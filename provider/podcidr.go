@@ -139,9 +139,13 @@ func (r podCIDRRules) judge(nodes []*v1.Node) podCIDRClaims {
 	for _, n := range slices.SortedFunc(slices.Values(nodes), firstClaimant) {
 		for _, cidr := range podCIDRsOf(n) {
 			claim := nodeCIDR{node: n.Name, cidr: cidr}
-			why := c.refusal(n.Name, cidr)
+			at, over := c.overlapping(cidr)
+			why := c.rules.refusal(cidr)
+			if why == "" {
+				why = overlapRefusal(n.Name, cidr, over)
+			}
 			c.why[claim] = why
-			if at, over := c.overlapping(cidr); why == "" && len(over) == 0 {
+			if why == "" && len(over) == 0 {
 				c.byAddr = slices.Insert(c.byAddr, at, len(c.kept))
 				c.kept = append(c.kept, claim)
 			}
@@ -161,6 +165,12 @@ func (c podCIDRClaims) refusal(node string, cidr netip.Prefix) string {
 		return why
 	}
 	_, over := c.overlapping(cidr)
+	return overlapRefusal(node, cidr, over)
+}
+
+// overlapRefusal says why node must get no route to cidr when the kept
+// claims over overlap it, or "" when none is another Node's.
+func overlapRefusal(node string, cidr netip.Prefix, over []nodeCIDR) string {
 	for _, k := range over {
 		switch {
 		case k.node == node:
