@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
-export LABCLOUD_NODES=2 LABCLOUD_IP_FAMILY=dual LABCLOUD_KUBECONFIG=/tmp/ci-lab.kubeconfig LABCLOUD_LOGS=/tmp/ci-lab-logs
+export LABCLOUD_NODES=2 LABCLOUD_IP_FAMILY=dual LABCLOUD_E2E=true LABCLOUD_KUBECONFIG=/tmp/ci-lab.kubeconfig LABCLOUD_LOGS=/tmp/ci-lab-logs
 trap 'hack/ci-lab.sh down' EXIT
 hack/ci-lab.sh up
 "$(hack/build-tools.sh | tail -1)/kubectl" --kubeconfig "$LABCLOUD_KUBECONFIG" wait --for=condition=Ready node --all --timeout=60s
