@@ -241,3 +241,56 @@ echo "vip-range=10.0.0.1-10.0.0.2" >>"$GITHUB_OUTPUT"
 		t.Errorf("no cache restore was tried:\n%s", log)
 	}
 }
+
+// The job's user and its sudo, as the Action test uses them: steps run as
+// that user, sudo works without a password, and the cache is saved and
+// restored as that user even where a root step wrote into it (as
+// hack/ci-lab.sh does, under sudo).
+func TestRunnerAsUserWithSudo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes the runner's user and its sudoers entry")
+	}
+	cred := runnerUser(t)
+	store := &cacheStore{dir: userDir(t, cred, "cache")}
+	yml := `
+runs:
+  using: composite
+  steps:
+    - uses: actions/cache@v4
+      with: {path: ~/.cache/x, key: k}
+    - shell: bash
+      id: who
+      run: |
+        echo "user=$(id -un)" >>"$GITHUB_OUTPUT"
+        echo "root=$(sudo id -un)" >>"$GITHUB_OUTPUT"
+        mkdir -p ~/.cache/x
+        sudo sh -c 'umask 022; echo by-root >>"$1"' _ ~/.cache/x/file
+outputs:
+  user: {value: "${{ steps.who.outputs.user }}"}
+  root: {value: "${{ steps.who.outputs.root }}"}
+`
+	for i, want := range []string{"by-root", "by-root by-root"} {
+		r, base := newJob(t, cred, store, "job")
+		action := filepath.Join(base, "action")
+		if err := os.Mkdir(action, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(action, "action.yml"), []byte(yml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.runAction(action, "a", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out["user"] != jobUser || out["root"] != "root" {
+			t.Errorf("run %d: steps ran as %q, their sudo as %q; want %s and root", i, out["user"], out["root"], jobUser)
+		}
+		if err := r.finish(); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		b, _ := os.ReadFile(filepath.Join(r.home, ".cache", "x", "file"))
+		if got := strings.Join(strings.Fields(string(b)), " "); got != want {
+			t.Errorf("run %d: the cached file holds %q, want %q", i, got, want)
+		}
+	}
+}
