@@ -3,7 +3,9 @@
 # libvirt bindings, libvirt + QEMU + dnsmasq for the lab and the tests, the
 # guest kernel and busybox for lab VMs, FRR as the BGP router of tests, the
 # programs the nodes' container images carry (curl, wget, nc, dig, nginx), and
-# Go if it is missing or too old.
+# jq (hack/ci-lab.sh reads labcloud status), git, sudo and podman (the
+# Action test: a runner's user with sudo builds an image), and Go if it is
+# missing or too old.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 packages=(
@@ -14,6 +16,7 @@ packages=(
   curl wget netcat-openbsd iputils-ping ca-certificates bc procps
   bind9-dnsutils nginx
   mmdebstrap systemd-container frr
+  jq git sudo podman
 )
 missing=()
 for p in "${packages[@]}"; do
