@@ -163,12 +163,8 @@ func userSteps(t *testing.T, r *runner, name, vipRange string) {
 	step("deploy and expose it", `kubectl create deployment app --image=app:ci --port=8080
 kubectl rollout status deployment/app --timeout=5m
 kubectl expose deployment app --type=LoadBalancer --port=80 --target-port=8080`)
-	out := step("curl its VIP from the runner", `for i in $(seq 60); do
-  vip=$(kubectl get service app -o jsonpath='{.status.loadBalancer.ingress[0].ip}')
-  [ -n "$vip" ] && break
-  sleep 2
-done
-test -n "$vip"
+	out := step("curl its VIP from the runner", `kubectl wait --for=jsonpath='{.status.loadBalancer.ingress}' service/app --timeout=2m
+vip=$(kubectl get service app -o jsonpath='{.status.loadBalancer.ingress[0].ip}')
 curl -fsS --max-time 5 --retry 10 --retry-delay 2 --retry-all-errors "http://$vip/" | tee answer
 grep -q '^app:ci on app-' answer
 echo "vip=$vip" >>"$GITHUB_OUTPUT"`)
