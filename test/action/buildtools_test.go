@@ -10,24 +10,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
 // hostTools is the host's complete tools directory (make tools), as the lab
 // finds it; the test skips without one.
 func hostTools(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("LABCLOUD_TOOLS"); d != "" {
-		return d
+	d, err := controlplane.FindTools()
+	if err != nil {
+		t.Skip(err)
 	}
-	cache := os.Getenv("LABCLOUD_CACHE")
-	if cache == "" {
-		cache = "/var/cache/labcloud"
-	}
-	m, _ := filepath.Glob(filepath.Join(cache, "k8s-*", ".complete"))
-	if len(m) == 0 {
-		t.Skipf("no built tools in %s: run make tools", cache)
-	}
-	return filepath.Dir(m[len(m)-1])
+	return d
 }
 
 // buildTools runs hack/build-tools.sh with env until it exits or says it is
