@@ -130,7 +130,7 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 	if err := cp.WriteKubeconfig(kc, "cloud-controller-manager", tr.Status.Token); err != nil {
 		return err
 	}
-	cfg := filepath.Join(u.st.Dir, "cloud-config.yaml")
+	cfg := ccmCloudConfig(u.st.Dir)
 	if err := os.WriteFile(cfg, cloudCfg, 0o600); err != nil {
 		return err
 	}
@@ -155,6 +155,9 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 	fmt.Fprintf(u.opts.Out, "           CCM serves /healthz and /metrics on https://127.0.0.1:%d (admin token)\n", ccmSecurePort)
 	return nil
 }
+
+// ccmCloudConfig is where up writes the cloud config the CCM runs with.
+func ccmCloudConfig(dir string) string { return filepath.Join(dir, "cloud-config.yaml") }
 
 // withClusterCIDR sets the shipped command line's --cluster-cidr to the
 // lab's pod ranges, as the unit tells users with another pod network to:

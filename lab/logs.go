@@ -176,7 +176,7 @@ func exportLogFiles(st *State, dir, qemuLogs string) error {
 		cp(s.Path, s.Component+".log")
 	}
 	cp(statePath(st.Dir), "state.json")
-	cp(filepath.Join(st.Dir, "cloud-config.yaml"), "cloud-config.yaml")
+	cp(ccmCloudConfig(st.Dir), "cloud-config.yaml")
 	for _, h := range st.LabHosts()[1:] {
 		cp(replicaCloudConfig(st.Dir, h.Name), filepath.Base(replicaCloudConfig(st.Dir, h.Name)))
 	}

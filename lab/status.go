@@ -37,6 +37,9 @@ type Status struct {
 	Services       []ServiceStatus `json:"services"`
 	// Router is the LAN router's side, when the lab has one.
 	Router *RouterStatus `json:"router,omitempty"`
+	// Pools are the VIP pools of the cloud config the CCM runs with: what
+	// a CI job may expect its LoadBalancer addresses from.
+	Pools []lb.PoolConfig `json:"pools,omitempty"`
 }
 
 // RouterStatus is the LAN router's BGP session with the CCM.
@@ -106,6 +109,13 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		return nil, err
 	}
 	out := &Status{Kubeconfig: st.Kubeconfig, APIServer: st.APIServer, HostKubeconfig: st.HostKubeconfig, HostAPIServer: st.HostAPIServer, At: time.Now()}
+	if !st.Light {
+		cfg, err := provider.LoadConfigFile(ccmCloudConfig(st.Dir))
+		if err != nil {
+			return nil, err
+		}
+		out.Pools = cfg.LoadBalancer.Pools
+	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
