@@ -17,12 +17,14 @@ package registry
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -299,4 +301,47 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // loaded is pulled as before. Pull and resolve only: nodes never push.
 func HostsTOML(addr string) []byte {
 	return fmt.Appendf(nil, "# The lab's registry (labcloud load), then each name's own registry.\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+addr)
+}
+
+// Serve serves the registry in dir on each readOnly address (the nodes')
+// and each readWrite one (labcloud load's) until ctx ends.
+func Serve(ctx context.Context, dir string, readOnly, readWrite []string, logw io.Writer) error {
+	r, err := Open(dir, logw)
+	if err != nil {
+		return err
+	}
+	var servers []*http.Server
+	errs := make(chan error, len(readOnly)+len(readWrite))
+	listen := func(addr string, h http.Handler) error {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, s)
+		go func() { errs <- fmt.Errorf("%s: %w", addr, s.Serve(l)) }()
+		return nil
+	}
+	defer func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	}()
+	for _, a := range readOnly {
+		if err := listen(a, r.ReadOnly()); err != nil {
+			return err
+		}
+	}
+	for _, a := range readWrite {
+		if err := listen(a, r.ReadWrite()); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(logw, "serving %s: read-only on %v, read-write on %v\n", dir, readOnly, readWrite)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		return err
+	}
 }
