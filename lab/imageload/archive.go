@@ -36,10 +36,14 @@ const (
 	ociNameAnnotation        = "org.opencontainers.image.ref.name"
 )
 
-// parseName reads a name an archive gives an image: a full reference with
-// a tag, as docker save's RepoTags are.
+// parseName reads a name an archive gives an image: a reference with an
+// explicit tag, as docker save's RepoTags are (a bare "v1", as some OCI
+// layouts name images, would otherwise be docker.io/library/v1:latest).
 func parseName(s, from string) (name.Tag, error) {
-	t, err := name.NewTag(s, name.StrictValidation)
+	t, err := name.NewTag(s)
+	if err == nil && !strings.Contains(s[strings.LastIndex(s, "/")+1:], ":") {
+		err = errors.New("no tag")
+	}
 	if err != nil {
 		return name.Tag{}, fmt.Errorf("%s: image name %q is not a reference NAME:TAG: %w", from, s, err)
 	}

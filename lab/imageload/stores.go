@@ -32,27 +32,31 @@ func HostStores() []Store {
 	return out
 }
 
-// cliStore is Docker's or Podman's store through its CLI (they share one).
-func cliStore(display, bin string) Store {
+// cliStore is Docker's or Podman's store through its CLI (they share
+// one), run as cli (a binary and its global flags).
+func cliStore(display string, cli ...string) Store {
 	return Store{
 		Name: display,
 		Has: func(ctx context.Context, ref name.Reference) (bool, string) {
-			return run(ctx, bin, "image", "inspect", "--format", "{{.Id}}", ref.String())
+			return run(ctx, cli, "image", "inspect", "--format", "{{.Id}}", ref.String())
 		},
 		Save: func(ctx context.Context, ref name.Reference, file string) error {
-			_, err := output(ctx, bin, "save", "-o", file, ref.String())
+			_, err := output(ctx, cli, "save", "-o", file, ref.String())
 			return err
 		},
 	}
 }
 
-// containerdStore is a containerd namespace through ctr, which wants the
-// full name containerd keeps (docker.io/library/app:ci).
-func containerdStore(ns string) Store {
+// containerdStore is a containerd namespace through ctr (with global
+// flags ctrFlags), which wants the full name containerd keeps
+// (docker.io/library/app:ci).
+func containerdStore(ns string, ctrFlags ...string) Store {
+	ctr := append([]string{"ctr"}, ctrFlags...)
+	ctr = append(ctr, "--namespace", ns)
 	return Store{
 		Name: "containerd (namespace " + ns + ")",
 		Has: func(ctx context.Context, ref name.Reference) (bool, string) {
-			out, err := output(ctx, "ctr", "-n", ns, "images", "list", "--quiet", "name=="+containerdName(ref))
+			out, err := output(ctx, ctr, "images", "list", "--quiet", "name=="+containerdName(ref))
 			if err != nil {
 				return false, err.Error()
 			}
@@ -62,7 +66,7 @@ func containerdStore(ns string) Store {
 			return true, ""
 		},
 		Save: func(ctx context.Context, ref name.Reference, file string) error {
-			_, err := output(ctx, "ctr", "-n", ns, "images", "export", "--platform", "linux/"+runtime.GOARCH, file, containerdName(ref))
+			_, err := output(ctx, ctr, "images", "export", "--platform", "linux/"+runtime.GOARCH, file, containerdName(ref))
 			return err
 		},
 	}
@@ -76,27 +80,27 @@ func containerdName(ref name.Reference) string {
 	return ref.Name()
 }
 
-// run says whether bin args succeeds, and else why, briefly.
-func run(ctx context.Context, bin string, args ...string) (bool, string) {
-	if _, err := output(ctx, bin, args...); err != nil {
+// run says whether cli args succeeds, and else why, briefly.
+func run(ctx context.Context, cli []string, args ...string) (bool, string) {
+	if _, err := output(ctx, cli, args...); err != nil {
 		return false, err.Error()
 	}
 	return true, ""
 }
 
-// output runs bin args and returns its standard output; its error quotes
+// output runs cli args and returns its standard output; its error quotes
 // the last line of its standard error, or says the client is missing.
-func output(ctx context.Context, bin string, args ...string) (string, error) {
-	if _, err := exec.LookPath(bin); err != nil {
-		return "", fmt.Errorf("%s is not installed", bin)
+func output(ctx context.Context, cli []string, args ...string) (string, error) {
+	if _, err := exec.LookPath(cli[0]); err != nil {
+		return "", fmt.Errorf("%s is not installed", cli[0])
 	}
 	var stderr strings.Builder
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := exec.CommandContext(ctx, cli[0], append(cli[1:len(cli):len(cli)], args...)...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-		return "", fmt.Errorf("%s %s: %w: %s", bin, args[0], err, lines[len(lines)-1])
+		return "", fmt.Errorf("%s %s: %w: %s", cli[0], args[0], err, lines[len(lines)-1])
 	}
 	return string(out), nil
 }
