@@ -59,7 +59,9 @@ func TestDialInNetns(t *testing.T) {
 		}
 	})
 	defer l.Close()
-	go func() { _ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "in the lab") })) }()
+	go func() {
+		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "in the lab") }))
+	}()
 	addr := l.Addr().String()
 
 	if c, err := net.Dial("tcp", addr); err == nil {
