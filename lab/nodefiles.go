@@ -40,8 +40,9 @@ type nodeIdentity struct {
 	ProxyMode       string // iptables or nftables
 }
 
-// nodeFiles are a node's kubeconfigs and the kubelet's and kube-proxy's
-// configuration files.
+// nodeFiles are a node's kubeconfigs, the kubelet's and kube-proxy's
+// configuration files, and containerd's way to the lab's registry (its
+// address depends on the family).
 func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 	kubelet, err := controlplane.Kubeconfig(id.APIServer, id.CAPEM, "system:node:"+id.Name, id.KubeletToken)
 	if err != nil {
@@ -67,6 +68,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 		{Path: proxyKubeconfig, Mode: 0o600, Data: proxy},
 		{Path: proxyConfigPath, Mode: 0o644, Data: pc},
 		{Path: ipFamilyPath, Mode: 0o644, Data: []byte(string(id.IPFamily.orIPv4()) + "\n")},
+		registryHosts(id.IPFamily),
 	}, nil
 }
 

@@ -149,6 +149,7 @@ func (u *upRun) fullSteps(ctx context.Context) []upStep {
 			return u.st.CreateNetwork(u.st.Hosts[0])
 		}},
 		{"multipath hash per connection", func() error { return spreadPerConnection(u.st.IPFamily) }},
+		{"image registry (labcloud load)", func() error { return u.startRegistry(ctx) }},
 	}
 	if len(u.st.Hosts) > 1 {
 		steps = append(steps, upStep{fmt.Sprintf("hosts 2-%d: namespace, libvirtd, network", len(u.st.Hosts)), func() error { return u.startOtherHosts(ctx) }})

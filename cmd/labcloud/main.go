@@ -58,6 +58,7 @@ func root() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&dir, "state-dir", dir, "where the running lab keeps its files")
 	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), routerCmd(&dir), nodeCmd(&dir), benchCmd(&dir), chaosCmd(&dir), e2eCmd(&dir),
 		logsCmd(&dir), exportCmd(&dir), kubeconfigCmd(&dir), versionCmd(&dir), simulateCmd(), forwardCmd())
+	cmd.AddCommand(loadCmd(&dir), registryCmd())
 	return cmd
 }
 
