@@ -115,7 +115,7 @@ func guestIPv4(prefix string, i int) string { return fmt.Sprintf("%s.%d", prefix
 // advertisements carry the prefix only). In a routed lab it is h's own
 // subnet, and h is its guests' gateway.
 func hostNetwork(h Host, hosts int, f IPFamily) libvirtd.Network {
-	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr}
+	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr, DNS: Gateway}
 	if h.Uplink != "" {
 		n.IPv4Prefix, n.Address, n.Router = lan.Subnet(h.Index, subnet), 1, ""
 	}
