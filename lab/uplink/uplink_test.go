@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -278,6 +279,14 @@ func TestUplink(t *testing.T) {
 		t.Errorf("DOCKER-USER has %d rules, want our 2 accepts", n)
 	}
 	b.reach(t)
+	// Docker's iptables-nft must still read the chain our rules are in.
+	if _, err := exec.LookPath("iptables-nft"); err == nil {
+		var out []byte
+		must(t, inNS(b.host, func() (err error) { out, err = exec.Command("iptables-nft", "-S", dockerUser).CombinedOutput(); return err }))
+		if !strings.Contains(string(out), "-i "+HostLink) || !strings.Contains(string(out), Tag) {
+			t.Errorf("iptables-nft -S %s:\n%s\nwant our tagged accepts", dockerUser, out)
+		}
+	}
 	must(t, Remove(b.host, m.Record))
 	b.removed(t)
 	if n, m := rules(t, b.host, tab, user), rules(t, b.host, tab, fwd); n != 0 || m != 1 {
