@@ -282,7 +282,10 @@ func TestUplink(t *testing.T) {
 	// Docker's iptables-nft must still read the chain our rules are in.
 	if _, err := exec.LookPath("iptables-nft"); err == nil {
 		var out []byte
-		must(t, inNS(b.host, func() (err error) { out, err = exec.Command("iptables-nft", "-S", dockerUser).CombinedOutput(); return err }))
+		must(t, inNS(b.host, func() (err error) {
+			out, err = exec.Command("iptables-nft", "-S", dockerUser).CombinedOutput()
+			return err
+		}))
 		if !strings.Contains(string(out), "-i "+HostLink) || !strings.Contains(string(out), Tag) {
 			t.Errorf("iptables-nft -S %s:\n%s\nwant our tagged accepts", dockerUser, out)
 		}
