@@ -40,20 +40,62 @@ func dnsLog(dir string) string { return filepath.Join(dir, "coredns.log") }
 
 // corefile serves the cluster's Service names (and reverse lookups of
 // their addresses) from the API server, on the bridge's addresses only.
-// Other names get no answer: the lab has no upstream resolver to forward to.
-func corefile(kubeconfig string, f IPFamily) string {
+// Names in the host's /etc/hosts come next (CoreDNS shares the host's
+// filesystem), then every other name is forwarded to the host's
+// resolvers (upstreams, reached through the uplink); with none, other
+// names get no answer.
+func corefile(kubeconfig string, f IPFamily, upstreams []string) string {
+	forward := ""
+	if len(upstreams) > 0 {
+		forward = "\n    forward . " + strings.Join(upstreams, " ")
+	}
 	return fmt.Sprintf(`.:53 {
     bind %s
     errors
+    hosts /etc/hosts {
+        fallthrough
+    }
     kubernetes %s in-addr.arpa ip6.arpa {
         kubeconfig %s
         fallthrough in-addr.arpa ip6.arpa
         ttl 30
-    }
+    }%s
     cache 30
     loadbalance
 }
-`, strings.Join(f.addressing().gateways, " "), ClusterDomain, kubeconfig)
+`, strings.Join(f.addressing().gateways, " "), ClusterDomain, kubeconfig, forward)
+}
+
+// The host's resolver configurations: resolv.conf and, where it names
+// only systemd-resolved's stub, the upstreams resolved uses.
+const (
+	resolvConf        = "/etc/resolv.conf"
+	resolvedResolvers = "/run/systemd/resolve/resolv.conf"
+)
+
+// hostResolvers are the nameservers the lab's DNS forwards to: those of
+// resolvConf that the lab can reach (IPv4, not loopback: the lab reaches
+// out by IPv4 NAT only), else those of resolved, the contents of
+// resolvedResolvers (nil when missing).
+func hostResolvers(resolvConf, resolved []byte) []string {
+	if out := nameservers(resolvConf); len(out) > 0 {
+		return out
+	}
+	return nameservers(resolved)
+}
+
+func nameservers(conf []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(conf), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() {
+			out = append(out, a.String())
+		}
+	}
+	return out
 }
 
 // dnsRBAC lets the DNS user read what the kubernetes plugin watches, and
@@ -139,7 +181,17 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 	}
 	conf := filepath.Join(u.st.Dir, "Corefile")
 	fam := u.st.IPFamily
-	if err := os.WriteFile(conf, []byte(corefile(kc, fam)), 0o644); err != nil {
+	rc, _ := os.ReadFile(resolvConf)
+	resolved, _ := os.ReadFile(resolvedResolvers)
+	upstreams := hostResolvers(rc, resolved)
+	if u.st.Light { // no uplink: nothing outside to forward to
+		upstreams = nil
+	} else if len(upstreams) == 0 {
+		fmt.Fprintf(u.opts.Out, "           the host has no IPv4 resolver the lab can reach (%s, %s): cluster DNS answers only the cluster's names and %s's\n", resolvConf, resolvedResolvers, "/etc/hosts")
+	} else {
+		fmt.Fprintf(u.opts.Out, "           cluster DNS forwards other names to the host's resolvers %s\n", strings.Join(upstreams, ", "))
+	}
+	if err := os.WriteFile(conf, []byte(corefile(kc, fam, upstreams)), 0o644); err != nil {
 		return err
 	}
 	p, err := controlplane.StartDaemon(dnsLog(u.st.Dir), bin, "-conf", conf)

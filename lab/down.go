@@ -13,7 +13,8 @@ import (
 )
 
 // Down removes everything a lab made: guests, network, daemons, the
-// network namespace and the state directory. It is safe to run when no lab
+// uplink in the host's namespace (Down runs there), the network namespace
+// and the state directory. It is safe to run when no lab
 // or only part of one is up, and to run twice.
 func Down(dir string, out io.Writer) error {
 	st := stateOrGuess(dir)
@@ -36,6 +37,9 @@ func Down(dir string, out io.Writer) error {
 		}
 	}
 	stopRouter(dir)
+	if err := removeUplink(dir, out); err != nil { // before the record in dir goes
+		errs = append(errs, err)
+	}
 	stopNamespace(Netns, out)
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)

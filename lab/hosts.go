@@ -115,7 +115,7 @@ func guestIPv4(prefix string, i int) string { return fmt.Sprintf("%s.%d", prefix
 // advertisements carry the prefix only). In a routed lab it is h's own
 // subnet, and h is its guests' gateway.
 func hostNetwork(h Host, hosts int, f IPFamily) libvirtd.Network {
-	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr}
+	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr, DNS: Gateway}
 	if h.Uplink != "" {
 		n.IPv4Prefix, n.Address, n.Router = lan.Subnet(h.Index, subnet), 1, ""
 	}
@@ -145,16 +145,28 @@ func (s *State) CreateNetwork(h Host) error {
 	if hosts := s.LabHosts(); len(hosts) > 1 {
 		n = hostNetwork(h, len(hosts), s.IPFamily)
 	}
-	return n.Create(c)
+	if err := n.Create(c); err != nil {
+		return err
+	}
+	if h.Netns != s.Netns || s.Light { // the uplink ends in the lab's own namespace
+		return nil
+	}
+	return openLabForwarding()
 }
 
 // MakeNamespaces makes, afresh, the network namespaces a lab of opts
 // runs in: the lab's, the router's (full lab) and each other host's, each
-// with its loopback up. It must run in the host's mount namespace, where
-// their names must be seen; the caller holds the host lock.
+// with its loopback up, and for a full lab the uplink from the host's
+// namespace to the lab's (it refuses first a lab whose addresses overlap
+// the host's routes). It must run in the host's mount and network
+// namespaces, where their names must be seen; the caller holds the host
+// lock.
 func MakeNamespaces(opts Options) error {
 	names := []string{Netns}
 	if !opts.Light {
+		if err := checkUplink(opts); err != nil {
+			return err
+		}
 		names = append(names, RouterNetns)
 		for _, h := range labHosts(opts.Dir, opts.Hosts)[1:] {
 			names = append(names, h.Netns)
@@ -168,7 +180,10 @@ func MakeNamespaces(opts Options) error {
 			}
 		}
 	}
-	return nil
+	if opts.Light { // no guests, no pods: nothing to route
+		return nil
+	}
+	return makeUplink(opts, cmp.Or[io.Writer](opts.Out, io.Discard))
 }
 
 // startOtherHosts starts every host but the first in its namespace

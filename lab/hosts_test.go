@@ -75,9 +75,9 @@ func TestHostNetworks(t *testing.T) {
 				}
 			}
 		}
-		if n.DnsmasqOptions == nil || len(n.DnsmasqOptions.Option) != 2 || n.DnsmasqOptions.Option[0].Value != "dhcp-option=option:router,"+RouterAddr ||
-			n.DnsmasqOptions.Option[1].Value != "ra-param="+Bridge+",10,0" {
-			t.Errorf("%s: want the router %s as the guests' gateway, and advertisements that say the host is no router:\n%s", h.Name, RouterAddr, x)
+		if n.DnsmasqOptions == nil || len(n.DnsmasqOptions.Option) != 3 || n.DnsmasqOptions.Option[0].Value != "dhcp-option=option:router,"+RouterAddr ||
+			n.DnsmasqOptions.Option[1].Value != "dhcp-option=option:dns-server,"+Gateway || n.DnsmasqOptions.Option[2].Value != "ra-param="+Bridge+",10,0" {
+			t.Errorf("%s: want the router %s as the guests' gateway, the cluster DNS %s as their resolver, and advertisements that say the host is no router:\n%s", h.Name, RouterAddr, Gateway, x)
 		}
 		if len(n.IPs) != 2 || n.IPs[1].Address != h.Address6 || n.IPs[1].DHCP == nil || len(n.IPs[1].DHCP.Ranges) != 0 || len(n.IPs[1].DHCP.Hosts) != len(ip.DHCP.Hosts) {
 			t.Errorf("%s: want its IPv6 address %s and DHCPv6 for its own guests only:\n%s", h.Name, h.Address6, x)
@@ -124,7 +124,7 @@ func TestRoutedHosts(t *testing.T) {
 	if err := n.Unmarshal(x); err != nil {
 		t.Fatal(err)
 	}
-	if n.IPs[0].Address != "10.123.2.1" || n.DnsmasqOptions != nil || len(n.IPs[0].DHCP.Hosts) == 0 || n.IPs[0].DHCP.Hosts[0].IP != "10.123.2.101" {
+	if n.IPs[0].Address != "10.123.2.1" || n.DnsmasqOptions == nil || len(n.DnsmasqOptions.Option) != 1 || len(n.IPs[0].DHCP.Hosts) == 0 || n.IPs[0].DHCP.Hosts[0].IP != "10.123.2.101" {
 		t.Errorf("host 2's network, want 10.123.2.1 as its guests' gateway, guest 2 at 10.123.2.101:\n%s", x)
 	}
 	for i, nb := range routerConfig(hosts, true).Neighbors {

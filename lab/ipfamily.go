@@ -120,7 +120,7 @@ func (f IPFamily) apiServerURL() string {
 
 // network is the lab's libvirt network for the family.
 func (f IPFamily) network() libvirtd.Network {
-	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, DHCPFirst: dhcpFirst, DHCPLast: dhcpLast}
+	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, DHCPFirst: dhcpFirst, DHCPLast: dhcpLast, DNS: Gateway}
 	if f.HasIPv6() {
 		n.IPv6 = &libvirtd.IPv6Net{Address: Gateway6, Prefix: 64, DHCPFirst: dhcp6First, DHCPLast: dhcp6Last}
 		for i := 1; i <= MaxNodes; i++ {

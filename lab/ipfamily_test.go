@@ -189,7 +189,7 @@ func TestDNSPerFamily(t *testing.T) {
 	for _, f := range IPFamilies {
 		t.Run(string(f), func(t *testing.T) {
 			a := f.addressing()
-			if c := corefile("/kc", f); !strings.Contains(c, "bind "+strings.Join(a.gateways, " ")+"\n") {
+			if c := corefile("/kc", f, nil); !strings.Contains(c, "bind "+strings.Join(a.gateways, " ")+"\n") {
 				t.Errorf("Corefile binds otherwise:\n%s", c)
 			}
 			svc := kubeDNS(f)

@@ -325,7 +325,10 @@ type Network struct {
 	Hosts4 []IPv4Host
 	// Router is the default gateway DHCP hands out; empty for the bridge.
 	Router string
-	IPv6   *IPv6Net
+	// DNS is the DNS server DHCP hands out (the cluster DNS); empty: none
+	// (dnsmasq, serving no DNS itself, names none).
+	DNS  string
+	IPv6 *IPv6Net
 }
 
 // IPv4Host pins an IPv4 address to a MAC.
@@ -426,6 +429,9 @@ func (n Network) XML() (string, error) {
 	}
 	if n.Router != "" {
 		opts = append(opts, option{Value: "dhcp-option=option:router," + n.Router})
+	}
+	if n.DNS != "" {
+		opts = append(opts, option{Value: "dhcp-option=option:dns-server," + n.DNS})
 	}
 	if v6 := n.IPv6; v6 != nil {
 		a, err := netip.ParseAddr(v6.Address)
