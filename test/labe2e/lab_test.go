@@ -437,6 +437,12 @@ func TestLab(t *testing.T) {
 		break
 	}
 
+	// From the host's own namespace: VIPs and pods reached, the host's
+	// servers and names reached from a pod; an image of the host's loaded
+	// and run on every node, also on one started again.
+	checkReach(t, l)
+	checkLoad(t, l)
+
 	// externalTrafficPolicy: Local with the pods on one node: announced via
 	// that node, the client's own address seen, and the VIP follows the pods.
 	var other string
@@ -510,6 +516,7 @@ func TestLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.downTwiceLeavesNothing(st.Pids)
+	checkUplinkGone(t)
 	if out, err := exec.Command("pgrep", "-f", "guest="+lab.NodePrefix).Output(); err == nil {
 		t.Errorf("QEMU processes of lab guests left behind: %s", out)
 	}
