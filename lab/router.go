@@ -97,6 +97,17 @@ func (u *upRun) startRouter(ctx context.Context) error {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 		}
 	}
+	// Beyond the LAN is the first host's uplink to the real host (lab/uplink):
+	// guests whose gateway is the router reach out, and answer the host, that way.
+	defaults := [][]string{{"-n", RouterNetns, "route", "replace", "default", "via", u.st.Hosts[0].lanAddress()}}
+	if u.st.IPFamily.HasIPv6() {
+		defaults = append(defaults, []string{"-n", RouterNetns, "-6", "route", "replace", "default", "via", u.st.Hosts[0].Address6})
+	}
+	for _, args := range defaults {
+		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
 	for _, sysctl := range []string{"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"} {
 		if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", RouterNetns, "sysctl", "-qw", sysctl).CombinedOutput(); err != nil {
 			return fmt.Errorf("sysctl %s in %s: %w: %s", sysctl, RouterNetns, err, out)
