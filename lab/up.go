@@ -226,19 +226,24 @@ func (u *upRun) repo() string {
 	return wd
 }
 
-// ensureTools finds the control-plane binaries, building them from the
-// module proxy (hack/build-tools.sh) when they are missing.
+// ensureTools returns the control-plane binaries' directory. From a
+// checkout it runs hack/build-tools.sh, which builds what is missing or
+// stale (CoreDNS's plugins change with the lab) and is a no-op otherwise;
+// without one it takes the installed tools as they are.
 func ensureTools(ctx context.Context, repo string, out io.Writer) (string, error) {
-	// A cache built before CoreDNS and porter's TLS pair joined lacks those; e2e.test and Ginkgo are labcloud e2e's to ask for.
-	if d, err := controlplane.FindTools(); err == nil && isFile(filepath.Join(d, "coredns")) && isFile(filepath.Join(d, "porter", "localhost.key")) {
-		return d, nil
-	}
 	script := filepath.Join(repo, "hack", "build-tools.sh")
 	if _, err := os.Stat(script); err != nil {
+		// A cache built before CoreDNS and porter's TLS pair joined lacks those.
+		if d, err := controlplane.FindTools(); err == nil && isFile(filepath.Join(d, "coredns")) && isFile(filepath.Join(d, "porter", "localhost.key")) {
+			return d, nil
+		}
 		return "", fmt.Errorf("control-plane binaries missing and no labcloud checkout to build them from (%s): run make tools", script)
 	}
 	cmd := exec.CommandContext(ctx, script)
 	cmd.Stderr = out
+	if os.Getenv("LABCLOUD_E2E") == "" { // up needs neither e2e.test nor Ginkgo
+		cmd.Env = append(os.Environ(), "LABCLOUD_E2E=false")
+	}
 	b, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", script, err)
