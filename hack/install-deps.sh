@@ -15,8 +15,9 @@ set -euo pipefail
 # of these installs; TestInstallDepsPackages checks that both agree.
 # INSTALL_DEPS_DRY_RUN=1 prints the packages and stops; OS_RELEASE names
 # another os-release file (for that test).
-os_release=${OS_RELEASE:-/etc/os-release}
+os_release=/etc/os-release
 [ -r "$os_release" ] || os_release=/usr/lib/os-release
+os_release=${OS_RELEASE:-$os_release}
 id=$(. "$os_release" && echo "${ID:-}")
 version=$(. "$os_release" && echo "${VERSION_ID:-}")
 case "$id $version" in
