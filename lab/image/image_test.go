@@ -137,7 +137,8 @@ func TestReadModuleCompressed(t *testing.T) {
 			t.Errorf("readModule(%s) = %q, %v", p, got, err)
 		}
 	}
-	// xz and zstd go through the tools, when installed.
+	// Files made by the xz and zstd tools, as distributions make them, when
+	// installed; xz is decompressed by its tool, zstd in process.
 	for _, tool := range []struct{ bin, ext string }{{"xz", ".xz"}, {"zstd", ".zst"}} {
 		if _, err := os.Stat("/usr/bin/" + tool.bin); err != nil {
 			t.Logf("%s not installed; not testing .ko%s", tool.bin, tool.ext)

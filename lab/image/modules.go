@@ -12,6 +12,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // Modules are the modules the boot initramfs loads, dependencies resolved
@@ -156,7 +158,8 @@ func (ix *moduleIndex) resolveModules(roots []string) ([]module, error) {
 	return mods, nil
 }
 
-// readModule reads a module file, decompressing .ko.gz, .ko.xz, .ko.zst.
+// readModule reads a module file, decompressing .ko.gz, .ko.xz (with the
+// xz tool) and .ko.zst.
 func readModule(p string) ([]byte, error) {
 	raw, err := os.ReadFile(p)
 	if err != nil {
@@ -178,9 +181,29 @@ func readModule(p string) ([]byte, error) {
 	case strings.HasSuffix(p, ".ko.xz"):
 		return decompressWith(p, raw, "xz", "xz-utils")
 	case strings.HasSuffix(p, ".ko.zst"):
-		return decompressWith(p, raw, "zstd", "zstd")
+		var out bytes.Buffer
+		if _, err := unzstd(&out, bytes.NewReader(raw)); err != nil {
+			return nil, fmt.Errorf("decompress %s: %w", p, err)
+		}
+		return out.Bytes(), nil
 	}
 	return nil, fmt.Errorf("kernel module %s: unknown file type", p)
+}
+
+// maxZstdWindow bounds the memory one zstd stream may ask for: a window is
+// at most the stream's content, and 128 MiB is far above any kernel module.
+const maxZstdWindow = 128 << 20
+
+// unzstd streams zstd-compressed r into w, on one goroutine and in memory
+// bounded by maxZstdWindow, however large the output; it returns the
+// bytes written.
+func unzstd(w io.Writer, r io.Reader) (int64, error) {
+	d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	return d.WriteTo(w)
 }
 
 func decompressWith(p string, raw []byte, tool, pkg string) ([]byte, error) {
