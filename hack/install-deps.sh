@@ -1,23 +1,52 @@
 #!/usr/bin/env bash
-# Installs what labcloud needs on a Debian/Ubuntu host: the C library for the
-# libvirt bindings, libvirt + QEMU + dnsmasq for the lab and the tests, the
-# guest kernel and busybox for lab VMs, FRR as the BGP router of tests, the
+# Installs what labcloud needs on Debian 12, Debian 13 or Ubuntu 24.04: the C
+# library for the libvirt bindings, libvirt + QEMU + dnsmasq for the lab and
+# the tests, the guest kernel, busybox and the tools that unpack its modules
+# (xz, zstd) for lab VMs, FRR as the BGP router of tests, the
 # programs the nodes' container images carry (curl, wget, nc, dig, nginx), and
 # jq (hack/ci-lab.sh reads labcloud status), git, sudo and podman (the
 # Action test: a runner's user with sudo builds an image), and Go if it is
 # missing or too old.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
+
+# What differs per distribution, in one place. The guest kernel: Debian's
+# cloud flavour; on Ubuntu the generic kernel with its base modules only
+# (linux-image-virtual, what Ubuntu's own cloud images boot), because the
+# kvm flavour is cut down further. lab/image/distro.go finds the kernel each
+# of these installs; TestInstallDepsPackages checks that both agree.
+# INSTALL_DEPS_DRY_RUN=1 prints the packages and stops; OS_RELEASE names
+# another os-release file (for that test).
+os_release=/etc/os-release
+[ -r "$os_release" ] || os_release=/usr/lib/os-release
+os_release=${OS_RELEASE:-$os_release}
+id=$(. "$os_release" && echo "${ID:-}")
+version=$(. "$os_release" && echo "${VERSION_ID:-}")
+case "$id $version" in
+  "debian 12" | "debian 13") guest_kernel=linux-image-cloud-amd64 ;;
+  "ubuntu 24.04") guest_kernel=linux-image-virtual ;;
+  *)
+    echo "install-deps: unsupported distribution ID=$id VERSION_ID=$version in $os_release;" \
+      "supported: debian 12, debian 13, ubuntu 24.04" >&2
+    exit 1
+    ;;
+esac
+
 packages=(
   build-essential pkg-config libvirt-dev
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-config-network libvirt-clients
   qemu-system-x86 dnsmasq-base iptables iproute2 kmod tini
-  busybox-static linux-image-cloud-amd64 runc e2fsprogs dhcpcd-base
+  busybox-static "$guest_kernel" runc e2fsprogs dhcpcd-base
+  xz-utils zstd
   curl wget netcat-openbsd iputils-ping ca-certificates bc procps
   bind9-dnsutils nginx
   mmdebstrap systemd-container frr
   jq git sudo podman
 )
+if [ "${INSTALL_DEPS_DRY_RUN:-}" = 1 ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -51,7 +51,7 @@ var rootfs embed.FS
 
 // Options say what goes into the image.
 type Options struct {
-	// Kernel is the guest kernel (bzImage); default: the newest KernelGlob.
+	// Kernel is the guest kernel (bzImage); default: FindKernel.
 	Kernel string
 	// ModulesDir holds the kernel's modules; default /lib/modules/<release
 	// of Kernel>.
@@ -143,9 +143,11 @@ func readInputs(ctx context.Context, opts Options) (*inputs, error) {
 		}
 	}
 	if !exists(opts.Kernel) {
-		return nil, fmt.Errorf("guest kernel %s missing; apt-get install linux-image-cloud-amd64", opts.Kernel)
+		return nil, fmt.Errorf("guest kernel %s missing; hack/install-deps.sh installs it", opts.Kernel)
 	}
-	if in.kernel, err = os.ReadFile(opts.Kernel); err != nil {
+	if in.kernel, err = os.ReadFile(opts.Kernel); errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("read guest kernel: %w (Ubuntu installs kernels readable by root only: run as root)", err)
+	} else if err != nil {
 		return nil, fmt.Errorf("read guest kernel: %w", err)
 	}
 	if in.release, err = KernelVersion(opts.Kernel); err != nil {
@@ -154,8 +156,15 @@ func readInputs(ctx context.Context, opts Options) (*inputs, error) {
 	if opts.ModulesDir == "" {
 		opts.ModulesDir = filepath.Join("/lib/modules", in.release)
 	}
-	if in.modules, err = resolveModules(opts.ModulesDir, Modules); err != nil {
+	ix, err := readModuleIndex(opts.ModulesDir)
+	if err != nil {
 		return nil, err
+	}
+	if in.modules, err = ix.resolveModules(Modules); err != nil {
+		return nil, err
+	}
+	if _, err := ix.loadOrder(GuestModules); err != nil {
+		return nil, fmt.Errorf("guest kernel %s lacks what nodes load: %w", in.release, err)
 	}
 
 	if opts.Busybox == "" {

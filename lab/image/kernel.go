@@ -13,17 +13,38 @@ import (
 	"strings"
 )
 
-// KernelGlob is where Debian's linux-image-cloud-amd64 puts its kernels.
-const KernelGlob = "/boot/vmlinuz-*-cloud-amd64"
-
-// FindKernel returns the newest kernel matching KernelGlob.
+// FindKernel returns the guest kernel for this host: the newest kernel the
+// distribution's guest kernel package installed (Distro.KernelGlob). On a
+// distribution hack/install-deps.sh does not know it falls back to the
+// running kernel's image, whose modules are the host's own.
 func FindKernel() (string, error) {
-	paths, err := filepath.Glob(KernelGlob)
+	running, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "", fmt.Errorf("running kernel: %w", err)
+	}
+	return findKernel("/", hostOSRelease(), strings.TrimSpace(string(running)))
+}
+
+// findKernel is FindKernel with /boot under root.
+func findKernel(root, osRelease, running string) (string, error) {
+	d, err := DistroOf(osRelease)
+	if errors.Is(err, errUnknownDistro) {
+		p := filepath.Join(root, "boot", "vmlinuz-"+running)
+		if !exists(p) {
+			return "", fmt.Errorf("no guest kernel: %w, and the running kernel's image %s is missing", err, p)
+		}
+		return p, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	glob := filepath.Join(root, d.KernelGlob)
+	paths, err := filepath.Glob(glob)
 	if err != nil {
 		return "", fmt.Errorf("find kernel: %w", err)
 	}
 	if len(paths) == 0 {
-		return "", fmt.Errorf("no guest kernel: %s missing; apt-get install linux-image-cloud-amd64", KernelGlob)
+		return "", fmt.Errorf("no guest kernel: %s missing; apt-get install %s (hack/install-deps.sh)", glob, d.KernelPackage)
 	}
 	slices.SortFunc(paths, func(a, b string) int {
 		return compareVersions(strings.TrimPrefix(filepath.Base(a), "vmlinuz-"), strings.TrimPrefix(filepath.Base(b), "vmlinuz-"))

@@ -12,14 +12,24 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // Modules are the modules the boot initramfs loads, dependencies resolved
 // from modules.dep: virtio (virtio_ring, virtio, virtio_pci_legacy_dev,
-// virtio_pci_modern_dev, virtio_pci on Debian's cloud kernel), the root disk
-// (virtio_blk), networking (failover, net_failover, virtio_net) and overlay
-// for the root. The root disk has every other module, for modprobe.
-var Modules = []string{"virtio_pci", "virtio_blk", "virtio_net", "overlay"}
+// virtio_pci_modern_dev, virtio_pci on Debian 12's cloud kernel), the root
+// disk (virtio_blk, and ext4 where it is not built in), networking (failover,
+// net_failover, virtio_net) and overlay for the root. Modules built into the
+// kernel (modules.builtin) count as present and are skipped. The root disk
+// has every other module, for modprobe.
+var Modules = []string{"virtio_pci", "virtio_blk", "ext4", "virtio_net", "overlay"}
+
+// GuestModules are the modules a node loads with modprobe from its root disk
+// (noderoot/etc/lab-init/rc), for containers and kube-proxy. The builder
+// checks the guest kernel has them, so a kernel without them fails here
+// rather than in a node that boots without pod networking.
+var GuestModules = []string{"overlay", "br_netfilter", "nf_conntrack", "veth", "bridge"}
 
 // module is one kernel module resolved for the initramfs.
 type module struct {
@@ -62,21 +72,46 @@ type depEntry struct {
 	deps []string
 }
 
+// moduleIndex is what /lib/modules/<release> says about its modules.
+type moduleIndex struct {
+	dir     string
+	dep     map[string]depEntry
+	builtin map[string]bool
+}
+
+func readModuleIndex(dir string) (*moduleIndex, error) {
+	f, err := os.Open(filepath.Join(dir, "modules.dep"))
+	if err != nil {
+		return nil, fmt.Errorf("kernel modules: %w; install the guest kernel's modules of the same version (hack/install-deps.sh)", err)
+	}
+	defer f.Close()
+	ix := &moduleIndex{dir: dir, builtin: map[string]bool{}}
+	if ix.dep, err = parseModulesDep(f); err != nil {
+		return nil, err
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "modules.builtin")); err == nil {
+		for _, l := range strings.Fields(string(b)) {
+			ix.builtin[modName(l)] = true
+		}
+	}
+	return ix, nil
+}
+
 // loadOrder returns the module paths to load for roots, dependencies
-// first, each once. Modules listed in builtin are skipped.
-func loadOrder(dep map[string]depEntry, builtin map[string]bool, roots []string) ([]string, error) {
+// first, each once. Built-in modules are skipped.
+func (ix *moduleIndex) loadOrder(roots []string) ([]string, error) {
 	var order []string
 	done := map[string]bool{}
 	visiting := map[string]bool{}
 	var visit func(name string) error
 	visit = func(name string) error {
-		if done[name] || builtin[name] {
+		if done[name] || ix.builtin[name] {
 			return nil
 		}
 		if visiting[name] {
 			return fmt.Errorf("module dependency cycle at %s", name)
 		}
-		e, ok := dep[name]
+		e, ok := ix.dep[name]
 		if !ok {
 			return fmt.Errorf("module %s: %w", name, errNoModule)
 		}
@@ -93,7 +128,7 @@ func loadOrder(dep map[string]depEntry, builtin map[string]bool, roots []string)
 	}
 	for _, r := range roots {
 		if err := visit(r); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("kernel modules in %s: %w", ix.dir, err)
 		}
 	}
 	return order, nil
@@ -101,31 +136,16 @@ func loadOrder(dep map[string]depEntry, builtin map[string]bool, roots []string)
 
 var errNoModule = errors.New("neither in modules.dep nor built in")
 
-// resolveModules reads the modules for roots from dir (/lib/modules/<ver>),
-// decompressed: busybox insmod cannot be relied on to read .ko.xz/.ko.zst.
-func resolveModules(dir string, roots []string) ([]module, error) {
-	f, err := os.Open(filepath.Join(dir, "modules.dep"))
-	if err != nil {
-		return nil, fmt.Errorf("kernel modules: %w; apt-get install linux-image-cloud-amd64 (modules of the same version as the kernel)", err)
-	}
-	defer f.Close()
-	dep, err := parseModulesDep(f)
+// resolveModules reads the modules for roots from ix.dir, decompressed:
+// busybox insmod cannot be relied on to read .ko.xz/.ko.zst.
+func (ix *moduleIndex) resolveModules(roots []string) ([]module, error) {
+	paths, err := ix.loadOrder(roots)
 	if err != nil {
 		return nil, err
 	}
-	builtin := map[string]bool{}
-	if b, err := os.ReadFile(filepath.Join(dir, "modules.builtin")); err == nil {
-		for _, l := range strings.Fields(string(b)) {
-			builtin[modName(l)] = true
-		}
-	}
-	paths, err := loadOrder(dep, builtin, roots)
-	if err != nil {
-		return nil, fmt.Errorf("kernel modules in %s: %w", dir, err)
-	}
 	mods := make([]module, 0, len(paths))
 	for _, p := range paths {
-		data, err := readModule(filepath.Join(dir, p))
+		data, err := readModule(filepath.Join(ix.dir, p))
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +158,8 @@ func resolveModules(dir string, roots []string) ([]module, error) {
 	return mods, nil
 }
 
-// readModule reads a module file, decompressing .ko.gz, .ko.xz, .ko.zst.
+// readModule reads a module file, decompressing .ko.gz, .ko.xz (with the
+// xz tool) and .ko.zst.
 func readModule(p string) ([]byte, error) {
 	raw, err := os.ReadFile(p)
 	if err != nil {
@@ -160,9 +181,29 @@ func readModule(p string) ([]byte, error) {
 	case strings.HasSuffix(p, ".ko.xz"):
 		return decompressWith(p, raw, "xz", "xz-utils")
 	case strings.HasSuffix(p, ".ko.zst"):
-		return decompressWith(p, raw, "zstd", "zstd")
+		var out bytes.Buffer
+		if _, err := unzstd(&out, bytes.NewReader(raw)); err != nil {
+			return nil, fmt.Errorf("decompress %s: %w", p, err)
+		}
+		return out.Bytes(), nil
 	}
 	return nil, fmt.Errorf("kernel module %s: unknown file type", p)
+}
+
+// maxZstdWindow bounds the memory one zstd stream may ask for: a window is
+// at most the stream's content, and 128 MiB is far above any kernel module.
+const maxZstdWindow = 128 << 20
+
+// unzstd streams zstd-compressed r into w, on one goroutine and in memory
+// bounded by maxZstdWindow, however large the output; it returns the
+// bytes written.
+func unzstd(w io.Writer, r io.Reader) (int64, error) {
+	d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	return d.WriteTo(w)
 }
 
 func decompressWith(p string, raw []byte, tool, pkg string) ([]byte, error) {

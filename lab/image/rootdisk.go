@@ -75,6 +75,9 @@ type diskFile struct {
 	mode fs.FileMode
 	link string // symlink target
 	dir  bool
+	// unzstd says src is zstd-compressed and the disk holds it
+	// decompressed.
+	unzstd bool
 }
 
 // BuildRootDisk writes the node root disk into opts.Out, unless a disk built
@@ -181,7 +184,7 @@ func diskFiles(ctx context.Context, opts DiskOptions) (map[string]diskFile, erro
 		return nil, err
 	}
 	mods := filepath.Join("/lib/modules", opts.KernelRelease)
-	if err := addTree(files, mods, "usr/lib/modules/"+opts.KernelRelease); err != nil {
+	if err := addModules(files, mods, "usr/lib/modules/"+opts.KernelRelease); err != nil {
 		return nil, fmt.Errorf("kernel modules: %w", err)
 	}
 	err = fs.WalkDir(noderoot, "noderoot", func(p string, d fs.DirEntry, err error) error {
@@ -269,26 +272,47 @@ func sharedLibraries(ctx context.Context, prog string) ([]string, error) {
 	return libs, nil
 }
 
-// addTree adds every regular file under the host directory src at dst.
-func addTree(files map[string]diskFile, src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+// addModules adds the kernel modules directory src at dst, every regular
+// file and symlink. The nodes' busybox modprobe reads .ko, .ko.gz and
+// .ko.xz but not .ko.zst (Ubuntu's): each .ko.zst goes onto the disk
+// decompressed as .ko, and modules.dep, the one file of the directory
+// busybox reads paths from, is rewritten to name them.
+func addModules(files map[string]diskFile, src, dst string) error {
+	zst := 0
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
+		key := path.Join(dst, filepath.ToSlash(rel))
 		switch {
+		case d.Type().IsRegular() && strings.HasSuffix(key, ".ko.zst"):
+			files[strings.TrimSuffix(key, ".zst")] = diskFile{src: p, mode: 0o644, unzstd: true}
+			zst++
 		case d.Type().IsRegular():
-			files[path.Join(dst, filepath.ToSlash(rel))] = diskFile{src: p, mode: 0o644}
+			files[key] = diskFile{src: p, mode: 0o644}
 		case d.Type()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			files[path.Join(dst, filepath.ToSlash(rel))] = diskFile{link: target}
+			files[key] = diskFile{link: target}
 		}
 		return nil
 	})
+	if err != nil || zst == 0 {
+		return err
+	}
+	dep, err := os.ReadFile(filepath.Join(src, "modules.dep"))
+	if err != nil {
+		return fmt.Errorf("%d .ko.zst modules: %w", zst, err)
+	}
+	files[path.Join(dst, "modules.dep")] = diskFile{data: zstModulePath.ReplaceAll(dep, []byte(".ko")), mode: 0o644}
+	return nil
 }
+
+// zstModulePath is the suffix of a .ko.zst path in modules.dep.
+var zstModulePath = regexp.MustCompile(`\.ko\.zst\b`)
 
 // diskKey hashes every file's path, mode and content (or link target), in
 // path order, with the format version and the image recipes.
@@ -298,6 +322,11 @@ func diskKey(files map[string]diskFile) (string, error) {
 	for _, p := range sortedKeys(files) {
 		f := files[p]
 		fmt.Fprintf(h, "%s %o %t %s\n", p, f.mode, f.dir, f.link)
+		if f.unzstd {
+			// The compressed content stands for the decompressed one
+			// (zstd decodes one way), without decompressing it twice.
+			io.WriteString(h, "unzstd\n")
+		}
 		switch {
 		case f.link != "" || f.dir:
 		case f.src != "":
@@ -350,30 +379,43 @@ func stageFiles(dir string, files map[string]diskFile) (int64, error) {
 			}
 			continue
 		}
-		data := f.data
-		if f.src != "" {
-			b, err := os.ReadFile(f.src)
-			if err != nil {
-				return 0, err
-			}
-			data = b
-		}
 		// O_EXCL: never write through a symlink (an absolute one would
 		// point into the host).
 		w, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
 		if err != nil {
 			return 0, err
 		}
-		_, err = w.Write(data)
+		n, err := f.writeTo(w)
 		if cerr := w.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("root disk file %s: %w", p, err)
 		}
-		total += int64(len(data))
+		total += n
 	}
 	return total, nil
+}
+
+// writeTo writes the file's content to w, streaming from its host file.
+func (f diskFile) writeTo(w io.Writer) (int64, error) {
+	if f.src == "" {
+		n, err := w.Write(f.data)
+		return int64(n), err
+	}
+	r, err := os.Open(f.src)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	if f.unzstd {
+		n, err := unzstd(w, r)
+		if err != nil {
+			err = fmt.Errorf("decompress %s: %w", f.src, err)
+		}
+		return n, err
+	}
+	return io.Copy(w, r)
 }
 
 // mkfsExt4 makes an ext4 image of dir at out, sized for its content with
