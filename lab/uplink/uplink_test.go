@@ -43,10 +43,14 @@ func newNS(t *testing.T) netns.NsHandle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A new namespace copies the host's IPv4 settings: forwarding is on
+	// while a lab is up. Start from a fresh host's.
+	fwdErr := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0"), 0o644)
 	if err := netns.Set(orig); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
+	must(t, fwdErr)
 	h := handle(t, ns)
 	lo, _ := h.LinkByName("lo")
 	must(t, h.LinkSetUp(lo))
