@@ -27,7 +27,6 @@ import (
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/controlplane"
-	"github.com/labcloud/labcloud/lab/lan"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/provider"
 )
@@ -38,7 +37,7 @@ import (
 // the bridge's subnet of each of the cluster's families (in a routed lab,
 // one routed to the nodes over BGP), and BGP to the LAN router when it
 // runs.
-func labCloudConfig(f IPFamily, router bool, hosts []Host, self Host) provider.Config {
+func labCloudConfig(a addressing, router bool, hosts []Host, self Host) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
 	cfg.Host = self.Name
@@ -48,12 +47,12 @@ func labCloudConfig(f IPFamily, router bool, hosts []Host, self Host) provider.C
 	}
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
-	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: f.addressing().pools, RoutedTraffic: provider.RoutedSpread}
+	cfg.LoadBalancer = provider.LoadBalancerConfig{Bridge: Bridge, Pools: a.pools, RoutedTraffic: provider.RoutedSpread}
 	if self.Uplink != "" { // routed: the VIPs are on no host's segment
-		cfg.LoadBalancer.Pools = []lb.PoolConfig{{Name: "lab", Addresses: []string{lan.VIPPool}}}
+		cfg.LoadBalancer.Pools = []lb.PoolConfig{{Name: "lab", Addresses: []string{a.lan().VIPPool()}}}
 	}
 	if router {
-		cfg.BGP = labBGP(self)
+		cfg.BGP = labBGP(self, a.Addressing)
 	}
 	return cfg
 }
@@ -66,14 +65,14 @@ func marshalCloudConfig(cfg provider.Config) ([]byte, error) {
 
 func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface, bin string) error {
 	if u.opts.CloudConfig != "" {
-		data, err := LoadLabCloudConfig(u.opts.CloudConfig)
+		data, err := LoadLabCloudConfig(u.opts.CloudConfig, u.st.Addressing)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(u.opts.Out, "           cloud config from %s\n", u.opts.CloudConfig)
 		return u.runCCM(ctx, cp, client, bin, data)
 	}
-	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily, u.st.Router, u.st.Hosts, u.st.Hosts[0]))
+	data, err := marshalCloudConfig(labCloudConfig(u.st.addressing(), u.st.Router, u.st.Hosts, u.st.Hosts[0]))
 	if err != nil {
 		return err
 	}
@@ -91,7 +90,7 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 // runReplica starts host h's CCM replica, in h's namespace: the command
 // line of the first host's with h's cloud config.
 func (u *upRun) runReplica(ctx context.Context, h *Host) error {
-	data, err := marshalCloudConfig(labCloudConfig(u.st.IPFamily, u.st.Router, u.st.Hosts, *h))
+	data, err := marshalCloudConfig(labCloudConfig(u.st.addressing(), u.st.Router, u.st.Hosts, *h))
 	if err != nil {
 		return err
 	}
@@ -138,7 +137,7 @@ func (u *upRun) runCCM(ctx context.Context, cp *controlplane.ControlPlane, clien
 	if err != nil {
 		return fmt.Errorf("the CCM's command line from examples/: %w", err)
 	}
-	args = withClusterCIDR(args, strings.Join(u.st.IPFamily.addressing().clusterCIDRs, ","))
+	args = withClusterCIDR(args, strings.Join(u.st.addressing().clusterCIDRs, ","))
 	u.st.CCMCommand = append(append([]string{bin}, args...), u.opts.CCMFlags...)
 	if err := u.st.LaunchCCM(); err != nil {
 		return err

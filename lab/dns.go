@@ -44,7 +44,7 @@ func dnsLog(dir string) string { return filepath.Join(dir, "coredns.log") }
 // filesystem), then every other name is forwarded to the host's
 // resolvers (upstreams, reached through the uplink); with none, other
 // names get no answer.
-func corefile(kubeconfig string, f IPFamily, upstreams []string) string {
+func corefile(kubeconfig string, a addressing, upstreams []string) string {
 	forward := ""
 	if len(upstreams) > 0 {
 		forward = "\n    forward . " + strings.Join(upstreams, " ")
@@ -63,7 +63,7 @@ func corefile(kubeconfig string, f IPFamily, upstreams []string) string {
     cache 30
     loadbalance
 }
-`, strings.Join(f.addressing().gateways, " "), ClusterDomain, kubeconfig, forward)
+`, strings.Join(a.gateways, " "), ClusterDomain, kubeconfig, forward)
 }
 
 // The host's resolver configurations: resolv.conf and, where it names
@@ -119,12 +119,11 @@ func dnsRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
 // kubeDNS is kubeadm's kube-dns Service, without a selector: its endpoints
 // are the lab's CoreDNS on the bridge's addresses (kubeDNSEndpoints), with
 // a cluster IP of each of the cluster's families, primary first.
-func kubeDNS(f IPFamily) *v1.Service {
+func kubeDNS(a addressing) *v1.Service {
 	ports := []v1.ServicePort{
 		{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
 		{Name: "dns-tcp", Protocol: v1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(53)},
 	}
-	a := f.addressing()
 	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}},
 		Spec:       v1.ServiceSpec{ClusterIP: a.clusterDNS[0], ClusterIPs: a.clusterDNS, Ports: ports},
@@ -137,9 +136,9 @@ func kubeDNS(f IPFamily) *v1.Service {
 
 // kubeDNSEndpoints are kube-dns's EndpointSlices, one per family: the
 // bridge's address of that family.
-func kubeDNSEndpoints(f IPFamily) []*discoveryv1.EndpointSlice {
+func kubeDNSEndpoints(a addressing) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
-	for _, gw := range f.addressing().gateways {
+	for _, gw := range a.gateways {
 		name, typ := "kube-dns-lab", discoveryv1.AddressTypeIPv4
 		if netip.MustParseAddr(gw).Is6() {
 			name, typ = "kube-dns-lab-ipv6", discoveryv1.AddressTypeIPv6
@@ -180,7 +179,7 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 		return err
 	}
 	conf := filepath.Join(u.st.Dir, "Corefile")
-	fam := u.st.IPFamily
+	fam := u.st.addressing()
 	rc, _ := os.ReadFile(resolvConf)
 	resolved, _ := os.ReadFile(resolvedResolvers)
 	upstreams := hostResolvers(rc, resolved)
@@ -219,7 +218,7 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 	if netip.MustParseAddr(want).Is6() {
 		network = "ip6"
 	}
-	for _, gw := range fam.addressing().gateways {
+	for _, gw := range fam.gateways {
 		var last error
 		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			if p.Exited() {

@@ -55,7 +55,7 @@ func Down(dir string, out io.Writer) error {
 func stateOrGuess(dir string) *State {
 	st, err := LoadState(dir)
 	if err != nil {
-		st = &State{Dir: dir, Pids: map[string]int{}, Hosts: labHosts(dir, MaxHosts)}
+		st = &State{Dir: dir, Pids: map[string]int{}, Hosts: labHosts(dir, MaxHosts, Addressing{})} // their names only
 	}
 	return st
 }

@@ -13,7 +13,6 @@ import (
 	"libvirt.org/go/libvirt"
 
 	"github.com/labcloud/labcloud/lab/host"
-	"github.com/labcloud/labcloud/lab/lan"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
 
@@ -50,18 +49,19 @@ type Host struct {
 	Lost bool `json:"lost,omitempty"`
 }
 
-// labHosts are the hosts of a lab of n: with one, the lab's namespace as
-// it always was, zone lab-host; with several, lab-host1..n.
-func labHosts(stateDir string, n int) []Host {
+// labHosts are the hosts of a lab of n on a's network: with one, the
+// lab's namespace as it always was, zone lab-host; with several,
+// lab-host1..n.
+func labHosts(stateDir string, n int, a Addressing) []Host {
 	if n <= 1 {
-		return []Host{{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, Address6: Gateway6, URI: labURI}}
+		return []Host{{Index: 1, Name: labHost, Netns: Netns, Address: a.Gateway(), Address6: Gateway6, URI: labURI}}
 	}
 	out := make([]Host, n)
 	for k := 1; k <= n; k++ {
-		h := Host{Index: k, Name: fmt.Sprintf("%s%d", labHost, k), Netns: Netns, Address: Gateway, Address6: Gateway6, URI: labURI}
+		h := Host{Index: k, Name: fmt.Sprintf("%s%d", labHost, k), Netns: Netns, Address: a.Gateway(), Address6: Gateway6, URI: labURI}
 		if k > 1 {
 			h.Netns = fmt.Sprintf("%s-host%d", Netns, k)
-			h.Address = fmt.Sprintf("%s.%d", subnet, k)
+			h.Address = a.Addr(k).String()
 			h.Address6 = fmt.Sprintf("%s%x", strings.TrimSuffix(Gateway6, "1"), k)
 			h.URI = h.private(stateDir).URI()
 		}
@@ -71,12 +71,12 @@ func labHosts(stateDir string, n int) []Host {
 }
 
 // routeHosts gives the hosts of a routed lab their addresses: host K's
-// bridge on a subnet of its own (lan.Subnet), an uplink on the LAN.
-func routeHosts(hosts []Host) {
+// bridge on a subnet of its own (lan.Plan.Subnet), an uplink on the LAN.
+func routeHosts(hosts []Host, a Addressing) {
 	for i := range hosts {
 		h := &hosts[i]
-		h.Uplink = lan.Uplink(h.Index)
-		h.Address = lan.Subnet(h.Index, subnet) + ".1"
+		h.Uplink = a.lan().Uplink(h.Index)
+		h.Address = a.lan().Subnet(h.Index) + ".1"
 	}
 }
 
@@ -96,7 +96,7 @@ func (s *State) LabHosts() []Host {
 	if len(s.Hosts) > 0 {
 		return s.Hosts
 	}
-	h := labHosts(s.Dir, 1)
+	h := labHosts(s.Dir, 1, s.Addressing)
 	h[0].URI = s.LibvirtURI()
 	return h
 }
@@ -109,17 +109,17 @@ func hostOfGuest(i, hosts int) int { return (i-1)%hosts + 1 }
 func guestIPv4(prefix string, i int) string { return fmt.Sprintf("%s.%d", prefix, dhcpFirst-1+i) }
 
 // hostNetwork is host h's libvirt network in a lab of several hosts of
-// family f: the lab's network with h's bridge addresses, leasing only to
+// addressing a: the lab's network with h's bridge addresses, leasing only to
 // h's guests, with the LAN router as their gateway of each family (it
 // learns every pod CIDR over BGP; for IPv6 it advertises itself, and h's
 // advertisements carry the prefix only). In a routed lab it is h's own
 // subnet, and h is its guests' gateway.
-func hostNetwork(h Host, hosts int, f IPFamily) libvirtd.Network {
-	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, Address: h.Index, Router: RouterAddr, DNS: Gateway}
+func hostNetwork(h Host, hosts int, a addressing) libvirtd.Network {
+	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: a.octets(), Address: h.Index, Router: a.RouterAddr(), DNS: a.Gateway()}
 	if h.Uplink != "" {
-		n.IPv4Prefix, n.Address, n.Router = lan.Subnet(h.Index, subnet), 1, ""
+		n.IPv4Prefix, n.Address, n.Router = a.lan().Subnet(h.Index), 1, ""
 	}
-	if f.HasIPv6() {
+	if a.family.HasIPv6() {
 		n.IPv6 = &libvirtd.IPv6Net{Address: h.Address6, Prefix: 64, NotDefaultRouter: true}
 	}
 	for i := 1; i <= MaxNodes; i++ {
@@ -141,9 +141,9 @@ func (s *State) CreateNetwork(h Host) error {
 		return err
 	}
 	defer c.Close()
-	n := s.IPFamily.network()
+	n := s.addressing().network()
 	if hosts := s.LabHosts(); len(hosts) > 1 {
-		n = hostNetwork(h, len(hosts), s.IPFamily)
+		n = hostNetwork(h, len(hosts), s.addressing())
 	}
 	if err := n.Create(c); err != nil {
 		return err
@@ -168,7 +168,7 @@ func MakeNamespaces(opts Options) error {
 			return err
 		}
 		names = append(names, RouterNetns)
-		for _, h := range labHosts(opts.Dir, opts.Hosts)[1:] {
+		for _, h := range labHosts(opts.Dir, opts.Hosts, Addressing{})[1:] { // their names only
 			names = append(names, h.Netns)
 		}
 	}

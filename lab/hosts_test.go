@@ -12,11 +12,11 @@ import (
 // One host is the lab as it always was; several are apart in every name
 // and address, and each but the first has a libvirtd of its own.
 func TestLabHosts(t *testing.T) {
-	one := labHosts("/var/lib/labcloud/lab", 1)
+	one := labHosts("/var/lib/labcloud/lab", 1, Addressing{})
 	if len(one) != 1 || !reflect.DeepEqual(one[0], Host{Index: 1, Name: labHost, Netns: Netns, Address: Gateway, Address6: Gateway6, URI: labURI}) {
 		t.Fatalf("one host: %+v", one)
 	}
-	hosts := labHosts("/var/lib/labcloud/lab", 3)
+	hosts := labHosts("/var/lib/labcloud/lab", 3, Addressing{})
 	seen := map[string]bool{}
 	for i, h := range hosts {
 		if h.Index != i+1 {
@@ -37,7 +37,7 @@ func TestLabHosts(t *testing.T) {
 			t.Errorf("host %s: namespace %s, URI %s; want its own namespace and a short socket path", h.Name, h.Netns, h.URI)
 		}
 	}
-	if other := labHosts("/tmp/other", 3); other[1].URI == hosts[1].URI {
+	if other := labHosts("/tmp/other", 3, Addressing{}); other[1].URI == hosts[1].URI {
 		t.Errorf("two state directories share %s", other[1].URI)
 	}
 }
@@ -52,10 +52,10 @@ func TestHostNetworks(t *testing.T) {
 	if !slices.Equal(got, []int{1, 2, 1, 2, 1}) {
 		t.Errorf("guests 1-5 on hosts %v, want round robin", got)
 	}
-	hosts := labHosts("/var/lib/labcloud/lab", 2)
+	hosts := labHosts("/var/lib/labcloud/lab", 2, Addressing{})
 	leased := map[string]int{}
 	for _, h := range hosts {
-		x, err := hostNetwork(h, len(hosts), DualStack).XML()
+		x, err := hostNetwork(h, len(hosts), defaults.of(DualStack)).XML()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestHostNetworks(t *testing.T) {
 		for _, s := range ip.DHCP.Hosts {
 			leased[s.MAC]++
 			for g := 1; g <= MaxNodes; g++ {
-				if nodeMAC(g) == s.MAC && (hostOfGuest(g, 2) != h.Index || guestIPv4(subnet, g) != s.IP) {
+				if nodeMAC(g) == s.MAC && (hostOfGuest(g, 2) != h.Index || guestIPv4(defaults.octets(), g) != s.IP) {
 					t.Errorf("%s leases %s to guest %d of host %d", h.Name, s.IP, g, hostOfGuest(g, 2))
 				}
 			}
@@ -95,8 +95,8 @@ func TestHostNetworks(t *testing.T) {
 
 // The router peers with every host's replica, each on its bridge's address.
 func TestRouterPeersWithEveryHost(t *testing.T) {
-	hosts := labHosts("/var/lib/labcloud/lab", 3)
-	cfg := routerConfig(hosts, false)
+	hosts := labHosts("/var/lib/labcloud/lab", 3, Addressing{})
+	cfg := routerConfig(hosts, false, Addressing{})
 	if len(cfg.Neighbors) != 3 {
 		t.Fatalf("%d neighbours, want 3", len(cfg.Neighbors))
 	}
@@ -111,12 +111,12 @@ func TestRouterPeersWithEveryHost(t *testing.T) {
 // peering from its uplink; the router takes next hops on the hosts'
 // subnets; each replica announces its VIPs, from a pool on no subnet.
 func TestRoutedHosts(t *testing.T) {
-	hosts := labHosts("/var/lib/labcloud/lab", 2)
-	routeHosts(hosts)
+	hosts := labHosts("/var/lib/labcloud/lab", 2, Addressing{})
+	routeHosts(hosts, Addressing{})
 	if hosts[0].Address != Gateway || hosts[1].Address != "10.123.2.1" || hosts[1].Uplink != "10.123.250.2" {
 		t.Fatalf("routed hosts %+v", hosts)
 	}
-	x, err := hostNetwork(hosts[1], 2, IPv4).XML()
+	x, err := hostNetwork(hosts[1], 2, defaults.of(IPv4)).XML()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +127,12 @@ func TestRoutedHosts(t *testing.T) {
 	if n.IPs[0].Address != "10.123.2.1" || n.DnsmasqOptions == nil || len(n.DnsmasqOptions.Option) != 1 || len(n.IPs[0].DHCP.Hosts) == 0 || n.IPs[0].DHCP.Hosts[0].IP != "10.123.2.101" {
 		t.Errorf("host 2's network, want 10.123.2.1 as its guests' gateway, guest 2 at 10.123.2.101:\n%s", x)
 	}
-	for i, nb := range routerConfig(hosts, true).Neighbors {
+	for i, nb := range routerConfig(hosts, true, Addressing{}).Neighbors {
 		if nb.Address.String() != hosts[i].Uplink || !nb.NextHopsAnywhere {
 			t.Errorf("neighbour %d: %+v, want %s, next hops off the LAN accepted", i, nb, hosts[i].Uplink)
 		}
 	}
-	cfg := labCloudConfig(IPv4, true, hosts, hosts[1])
+	cfg := labCloudConfig(defaults.of(IPv4), true, hosts, hosts[1])
 	if !cfg.BGP.AnnounceVIPs || cfg.BGP.RouterID != hosts[1].Uplink || cfg.BGP.Peers[0].Address != "10.123.250.254" {
 		t.Errorf("host 2's BGP %+v, want VIPs announced from its uplink to the router", cfg.BGP)
 	}

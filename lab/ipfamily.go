@@ -3,7 +3,9 @@ package lab
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
+	"github.com/labcloud/labcloud/lab/lan"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 	"github.com/labcloud/labcloud/lb"
 )
@@ -45,15 +47,6 @@ func (f IPFamily) orIPv4() IPFamily {
 	return f
 }
 
-// Subnets are the bridge's subnets: IPv4's always, IPv6's with IPv6.
-func (f IPFamily) Subnets() []netip.Prefix {
-	out := []netip.Prefix{netip.MustParsePrefix(Subnet)}
-	if f.HasIPv6() {
-		out = append(out, netip.MustParsePrefix(Subnet6))
-	}
-	return out
-}
-
 // HasIPv6 says the cluster (and so the lab's network) has IPv6.
 func (f IPFamily) HasIPv6() bool { return f.orIPv4() != IPv4 }
 
@@ -73,9 +66,91 @@ const (
 	nodeMaskSize6 = 64
 )
 
+// Addressing is where the lab's IPv4 addresses are (up --subnet,
+// --pod-cidr): resolved once from Options at up, recorded in State, and
+// read from there by everything that works on the lab. Everything else is
+// derived from the /24 (addresses .1, .100-.199, .200-.250, .254; the
+// routed lab's segments, lan.Plan). The zero value, as a state written
+// before it was recorded reads, is the defaults. The IPv6 prefixes and
+// the Service ranges are fixed.
+type Addressing struct {
+	Subnet  netip.Prefix `json:"subnet"`  // the lab's network, a /24
+	PodCIDR netip.Prefix `json:"podCIDR"` // the IPv4 cluster CIDR, a /16 or wider
+}
+
+// The defaults of up --subnet and --pod-cidr.
+const (
+	DefaultSubnet  = "10.123.0.0/24"
+	DefaultPodCIDR = "10.244.0.0/16"
+)
+
+// The lab network's addresses: the bridge's, the DHCP range (one lease
+// per guest), the VIP pool, and the router's on the LAN.
+const (
+	gatewayHost         = 1
+	dhcpFirst, dhcpLast = 100, 199
+	vipFirst, vipLast   = 200, 250
+	routerHost          = 254
+)
+
+// Network is the lab's IPv4 network, a /24.
+func (a Addressing) Network() netip.Prefix {
+	if a.Subnet.IsValid() {
+		return a.Subnet
+	}
+	return netip.MustParsePrefix(DefaultSubnet)
+}
+
+// ClusterCIDR is the IPv4 pods' range.
+func (a Addressing) ClusterCIDR() string {
+	if a.PodCIDR.IsValid() {
+		return a.PodCIDR.String()
+	}
+	return DefaultPodCIDR
+}
+
+// Addr is address .i of the lab's network.
+func (a Addressing) Addr(i int) netip.Addr {
+	b := a.Network().Addr().As4()
+	b[3] = byte(i)
+	return netip.AddrFrom4(b)
+}
+
+// Gateway is the bridge's IPv4 address.
+func (a Addressing) Gateway() string { return a.Addr(gatewayHost).String() }
+
+// VIPPool is the load balancers' IPv4 pool, in the lab's network.
+func (a Addressing) VIPPool() string {
+	return a.Addr(vipFirst).String() + "-" + a.Addr(vipLast).String()
+}
+
+// RouterAddr is the LAN router's address on the lab's network.
+func (a Addressing) RouterAddr() string { return a.Addr(routerHost).String() }
+
+// octets are the network's first three, as libvirt's network takes it.
+func (a Addressing) octets() string {
+	s := a.Gateway()
+	return s[:strings.LastIndexByte(s, '.')]
+}
+
+// lan is the routed lab's plan, derived from the network.
+func (a Addressing) lan() lan.Plan { return lan.New(a.Network()) }
+
+// Subnets are the bridge's subnets of family f: IPv4's always, IPv6's
+// with IPv6.
+func (a Addressing) Subnets(f IPFamily) []netip.Prefix {
+	out := []netip.Prefix{a.Network()}
+	if f.HasIPv6() {
+		out = append(out, netip.MustParsePrefix(Subnet6))
+	}
+	return out
+}
+
 // addressing is what the lab's addresses are for one family, primary
 // family first in every list.
 type addressing struct {
+	Addressing
+	family IPFamily
 	// apiAddress is the bridge address the API server listens on and
 	// advertises: its family must be the Services' primary family.
 	apiAddress   string
@@ -86,22 +161,25 @@ type addressing struct {
 	pools        []lb.PoolConfig
 }
 
-func (f IPFamily) addressing() addressing {
+// of is the lab's addressing for family f.
+func (a Addressing) of(f IPFamily) addressing {
+	f = f.orIPv4()
 	v4 := addressing{
-		apiAddress: Gateway, gateways: []string{Gateway}, clusterCIDRs: []string{ClusterCIDR},
+		apiAddress: a.Gateway(), gateways: []string{a.Gateway()}, clusterCIDRs: []string{a.ClusterCIDR()},
 		serviceCIDRs: []string{ServiceCIDR}, clusterDNS: []string{ClusterDNS},
-		pools: []lb.PoolConfig{{Name: "lab", Addresses: []string{VIPPool}}},
+		pools: []lb.PoolConfig{{Name: "lab", Addresses: []string{a.VIPPool()}}},
 	}
 	v6 := addressing{
 		apiAddress: Gateway6, gateways: []string{Gateway6}, clusterCIDRs: []string{ClusterCIDR6},
 		serviceCIDRs: []string{ServiceCIDR6}, clusterDNS: []string{ClusterDNS6},
 		pools: []lb.PoolConfig{{Name: "lab-ipv6", Addresses: []string{VIPPool6}}},
 	}
-	switch f.orIPv4() {
+	out := v4
+	switch f {
 	case IPv6:
-		return v6
+		out = v6
 	case DualStack:
-		return addressing{
+		out = addressing{
 			apiAddress:   v4.apiAddress,
 			gateways:     append(v4.gateways, v6.gateways...),
 			clusterCIDRs: append(v4.clusterCIDRs, v6.clusterCIDRs...),
@@ -110,18 +188,19 @@ func (f IPFamily) addressing() addressing {
 			pools:        append(v4.pools, v6.pools...),
 		}
 	}
-	return v4
+	out.Addressing, out.family = a, f
+	return out
 }
 
 // apiServerURL is the API server as the nodes reach it.
-func (f IPFamily) apiServerURL() string {
-	return fmt.Sprintf("https://%s", netip.AddrPortFrom(netip.MustParseAddr(f.addressing().apiAddress), APIPort))
+func (a addressing) apiServerURL() string {
+	return fmt.Sprintf("https://%s", netip.AddrPortFrom(netip.MustParseAddr(a.apiAddress), APIPort))
 }
 
-// network is the lab's libvirt network for the family.
-func (f IPFamily) network() libvirtd.Network {
-	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: subnet, DHCPFirst: dhcpFirst, DHCPLast: dhcpLast, DNS: Gateway}
-	if f.HasIPv6() {
+// network is the lab's libvirt network.
+func (a addressing) network() libvirtd.Network {
+	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: a.octets(), DHCPFirst: dhcpFirst, DHCPLast: dhcpLast, DNS: a.Gateway()}
+	if a.family.HasIPv6() {
 		n.IPv6 = &libvirtd.IPv6Net{Address: Gateway6, Prefix: 64, DHCPFirst: dhcp6First, DHCPLast: dhcp6Last}
 		for i := 1; i <= MaxNodes; i++ {
 			n.IPv6.Hosts = append(n.IPv6.Hosts, libvirtd.IPv6Host{DUID: nodeDUID(i), IP: nodeIPv6(i)})

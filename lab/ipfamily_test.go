@@ -55,7 +55,7 @@ func TestAddressingPerFamily(t *testing.T) {
 			[]string{"10.96.0.10", "fd00:10:96::a"}, []string{Gateway, Gateway6}, []string{VIPPool, VIPPool6}, "https://10.123.0.1:6443"},
 	} {
 		t.Run(string(tc.f), func(t *testing.T) {
-			a := tc.f.addressing()
+			a := defaults.of(tc.f)
 			var pools []string
 			for _, p := range a.pools {
 				pools = append(pools, p.Addresses...)
@@ -64,7 +64,7 @@ func TestAddressingPerFamily(t *testing.T) {
 				!slices.Equal(a.clusterDNS, tc.dns) || !slices.Equal(a.gateways, tc.gateways) || !slices.Equal(pools, tc.pools) {
 				t.Errorf("addressing = %+v", a)
 			}
-			if got := tc.f.apiServerURL(); got != tc.apiURL {
+			if got := defaults.of(tc.f).apiServerURL(); got != tc.apiURL {
 				t.Errorf("API server URL %s, want %s", got, tc.apiURL)
 			}
 			// Every DNS address is in its Service range, every pool in the
@@ -103,7 +103,7 @@ func TestNodeIPv6(t *testing.T) {
 func TestNetworkXMLPerFamily(t *testing.T) {
 	for _, f := range IPFamilies {
 		t.Run(string(f), func(t *testing.T) {
-			x, err := f.network().XML()
+			x, err := defaults.of(f).network().XML()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,8 +150,8 @@ func TestNetworkXMLPerFamily(t *testing.T) {
 func TestNodeFilesPerFamily(t *testing.T) {
 	for _, f := range IPFamilies {
 		t.Run(string(f), func(t *testing.T) {
-			files, err := nodeFiles(nodeIdentity{Name: "lab-node-1", APIServer: f.apiServerURL(), CAPEM: []byte("ca"),
-				KubeletToken: "k", ProxyToken: "p", IPFamily: f})
+			files, err := nodeFiles(nodeIdentity{Name: "lab-node-1", APIServer: defaults.of(f).apiServerURL(), CAPEM: []byte("ca"),
+				KubeletToken: "k", ProxyToken: "p", Addressing: defaults.of(f)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,18 +166,18 @@ func TestNodeFilesPerFamily(t *testing.T) {
 			if err := yaml.Unmarshal(byPath[kubeletConfigPath], &kc); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(kc.ClusterDNS, f.addressing().clusterDNS) {
-				t.Errorf("kubelet clusterDNS %v, want %v", kc.ClusterDNS, f.addressing().clusterDNS)
+			if !slices.Equal(kc.ClusterDNS, defaults.of(f).clusterDNS) {
+				t.Errorf("kubelet clusterDNS %v, want %v", kc.ClusterDNS, defaults.of(f).clusterDNS)
 			}
 			var pc proxyv1alpha1.KubeProxyConfiguration
 			if err := yaml.Unmarshal(byPath[proxyConfigPath], &pc); err != nil {
 				t.Fatal(err)
 			}
-			if want := strings.Join(f.addressing().clusterCIDRs, ","); pc.ClusterCIDR != want {
+			if want := strings.Join(defaults.of(f).clusterCIDRs, ","); pc.ClusterCIDR != want {
 				t.Errorf("kube-proxy clusterCIDR %q, want %q", pc.ClusterCIDR, want)
 			}
-			if !strings.Contains(string(byPath[kubeletKubeconfig]), f.apiServerURL()) {
-				t.Errorf("kubelet kubeconfig does not name %s", f.apiServerURL())
+			if !strings.Contains(string(byPath[kubeletKubeconfig]), defaults.of(f).apiServerURL()) {
+				t.Errorf("kubelet kubeconfig does not name %s", defaults.of(f).apiServerURL())
 			}
 		})
 	}
@@ -188,18 +188,18 @@ func TestNodeFilesPerFamily(t *testing.T) {
 func TestDNSPerFamily(t *testing.T) {
 	for _, f := range IPFamilies {
 		t.Run(string(f), func(t *testing.T) {
-			a := f.addressing()
-			if c := corefile("/kc", f, nil); !strings.Contains(c, "bind "+strings.Join(a.gateways, " ")+"\n") {
+			a := defaults.of(f)
+			if c := corefile("/kc", defaults.of(f), nil); !strings.Contains(c, "bind "+strings.Join(a.gateways, " ")+"\n") {
 				t.Errorf("Corefile binds otherwise:\n%s", c)
 			}
-			svc := kubeDNS(f)
+			svc := kubeDNS(defaults.of(f))
 			if svc.Spec.ClusterIP != a.clusterDNS[0] || !slices.Equal(svc.Spec.ClusterIPs, a.clusterDNS) {
 				t.Errorf("kube-dns cluster IPs %s %v", svc.Spec.ClusterIP, svc.Spec.ClusterIPs)
 			}
 			if dual := svc.Spec.IPFamilyPolicy != nil && *svc.Spec.IPFamilyPolicy == v1.IPFamilyPolicyRequireDualStack; dual != (f == DualStack) {
 				t.Errorf("kube-dns ipFamilyPolicy %v", svc.Spec.IPFamilyPolicy)
 			}
-			eps := kubeDNSEndpoints(f)
+			eps := kubeDNSEndpoints(defaults.of(f))
 			if len(eps) != len(a.gateways) {
 				t.Fatalf("%d EndpointSlices, want %d", len(eps), len(a.gateways))
 			}
@@ -221,7 +221,7 @@ func TestDNSPerFamily(t *testing.T) {
 func TestCCMClusterCIDRPerFamily(t *testing.T) {
 	shipped := []string{"--cloud-provider=libvirt", "--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16", "--configure-cloud-routes=true"}
 	for f, want := range map[IPFamily]string{IPv4: "10.244.0.0/16", IPv6: "fd00:10:244::/56", DualStack: "10.244.0.0/16,fd00:10:244::/56"} {
-		got := withClusterCIDR(shipped, strings.Join(f.addressing().clusterCIDRs, ","))
+		got := withClusterCIDR(shipped, strings.Join(defaults.of(f).clusterCIDRs, ","))
 		if len(got) != len(shipped) || got[2] != "--cluster-cidr="+want || got[0] != shipped[0] || got[3] != shipped[3] {
 			t.Errorf("%s: %v", f, got)
 		}
@@ -248,5 +248,52 @@ func TestHostnameAtBothFamilies(t *testing.T) {
 	// A bare IPv6 VIP means port 80 in brackets, not a malformed URL.
 	if got := HostnameAt("::1", 200*time.Millisecond); got != "" {
 		t.Errorf("HostnameAt(::1) = %q with nothing on port 80", got)
+	}
+}
+
+// Everything derives from the addressing up resolves from --subnet and
+// --pod-cidr: a moved lab has every address moved, a state written before
+// (zero) has the defaults.
+func TestAddressingMoved(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		// gateway, DHCP range, VIP pool, router, pod CIDR, host 2's routed
+		// segment, its uplink, the routed VIP pool
+		want []string
+	}{
+		{"a state written before", Options{}, []string{"10.123.0.1", "10.123.0.100-10.123.0.199", "10.123.0.200-10.123.0.250", "10.123.0.254",
+			"10.244.0.0/16", "10.123.2.1", "10.123.250.2", "10.123.240.1-10.123.240.62"}},
+		{"moved", Options{Subnet: "10.77.0.0/24", PodCIDR: "10.78.0.0/16"}, []string{"10.77.0.1", "10.77.0.100-10.77.0.199", "10.77.0.200-10.77.0.250", "10.77.0.254",
+			"10.78.0.0/16", "10.77.2.1", "10.77.250.2", "10.77.240.1-10.77.240.62"}},
+		{"moved off .0", Options{Subnet: "192.168.9.0/24", PodCIDR: "172.16.0.0/12"}, []string{"192.168.9.1", "192.168.9.100-192.168.9.199", "192.168.9.200-192.168.9.250", "192.168.9.254",
+			"172.16.0.0/12", "192.168.2.1", "192.168.250.2", "192.168.240.1-192.168.240.62"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := tc.opts.addressing()
+			if tc.opts.Subnet == "" {
+				a = Addressing{}
+			}
+			x, err := a.of(IPv4).network().XML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n libvirtxml.Network
+			if err := n.Unmarshal(x); err != nil {
+				t.Fatal(err)
+			}
+			hosts := labHosts("/tmp/lab", 2, a)
+			routeHosts(hosts, a)
+			cfg := labCloudConfig(a.of(IPv4), true, hosts, hosts[1])
+			got := []string{n.IPs[0].Address, n.IPs[0].DHCP.Ranges[0].Start + "-" + n.IPs[0].DHCP.Ranges[0].End,
+				a.of(IPv4).pools[0].Addresses[0], a.RouterAddr(), a.of(IPv4).clusterCIDRs[0],
+				hosts[1].Address, hosts[1].Uplink, cfg.LoadBalancer.Pools[0].Addresses[0]}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("resolved\n got %q\nwant %q", got, tc.want)
+			}
+			if st := (&State{IPFamily: IPv4, Addressing: a}); st.LabHosts()[0].Address != tc.want[0] {
+				t.Errorf("a running lab's host is on %s, want %s", st.LabHosts()[0].Address, tc.want[0])
+			}
+		})
 	}
 }

@@ -14,24 +14,17 @@ import (
 	"time"
 )
 
-// Fixed names and addresses of the lab. One lab per host: libvirtd's
-// sockets have fixed paths.
+// Fixed names of the lab (its addresses are Addressing's). One lab per
+// host: libvirtd's sockets have fixed paths.
 const (
 	Netns       = "labcloud"
 	NetworkName = "labcloud"
 	Bridge      = "lcbr0"
-	Gateway     = "10.123.0.1"
-	subnet      = "10.123.0"
-	Subnet      = subnet + ".0/24" // the lab network's
 	APIPort     = 6443
-	ClusterCIDR = "10.244.0.0/16" // pod CIDRs; ClusterCIDR6 is IPv6's
-	VIPPool     = "10.123.0.200-10.123.0.250"
 	NodePrefix  = "lab-node-"
-	// The network's DHCP range: subnet.dhcpFirst-dhcpLast.
-	dhcpFirst, dhcpLast = 100, 199
-	labURI              = "qemu:///system"                   // the lab's libvirtd
-	labHost             = "lab-host"                         // the lab's one hypervisor host, also its zone
-	CCMProcess          = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
+	labURI      = "qemu:///system"                   // the lab's libvirtd
+	labHost     = "lab-host"                         // the lab's one hypervisor host, also its zone
+	CCMProcess  = "libvirt-cloud-controller-manager" // the CCM's key in State.Pids
 )
 
 // DefaultStateDir holds the running lab's files; removed by Down.
@@ -65,6 +58,9 @@ type State struct {
 	// IPFamily is the cluster's (up --ip-family); empty in a state written
 	// before it was recorded, which was IPv4.
 	IPFamily IPFamily `json:"ipFamily,omitempty"`
+	// Addressing is where its IPv4 addresses are (up --subnet,
+	// --pod-cidr); zero, the defaults, in a state written before.
+	Addressing Addressing `json:"addressing"`
 	// Router says the LAN router (FRR) runs and the CCM peers with it.
 	Router bool `json:"router,omitempty"`
 	// Routed says each host is on a segment of its own (up --routed).
@@ -112,6 +108,9 @@ func (s *State) Save() error {
 	}
 	return os.Rename(tmp, statePath(s.Dir))
 }
+
+// addressing is the lab's addresses of its family.
+func (s *State) addressing() addressing { return s.Addressing.of(s.IPFamily) }
 
 // nodeName and nodeMAC give guest i (1-based) its fixed identity.
 func nodeName(i int) string { return fmt.Sprintf("%s%d", NodePrefix, i) }

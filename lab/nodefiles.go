@@ -36,7 +36,7 @@ type nodeIdentity struct {
 	CAPEM           []byte
 	KubeletToken    string
 	ProxyToken      string
-	IPFamily        IPFamily
+	Addressing      addressing
 	ProxyMode       string // iptables or nftables
 }
 
@@ -52,7 +52,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	kc, err := kubeletConfig(id.IPFamily)
+	kc, err := kubeletConfig(id.Addressing)
 	if err != nil {
 		return nil, err
 	}
@@ -67,8 +67,8 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 		{Path: kubeletConfigPath, Mode: 0o644, Data: kc},
 		{Path: proxyKubeconfig, Mode: 0o600, Data: proxy},
 		{Path: proxyConfigPath, Mode: 0o644, Data: pc},
-		{Path: ipFamilyPath, Mode: 0o644, Data: []byte(string(id.IPFamily.orIPv4()) + "\n")},
-		registryHosts(id.IPFamily),
+		{Path: ipFamilyPath, Mode: 0o644, Data: []byte(string(id.Addressing.family) + "\n")},
+		registryHosts(id.Addressing),
 	}, nil
 }
 
@@ -78,7 +78,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 // cgroupfs on cgroup v2, containerd's socket, and kind's settings that keep
 // a small node from evicting or garbage-collecting what it just imported.
 // Pods resolve through kube-dns's cluster IPs of the cluster's families.
-func kubeletConfig(f IPFamily) ([]byte, error) {
+func kubeletConfig(a addressing) ([]byte, error) {
 	c := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -95,7 +95,7 @@ func kubeletConfig(f IPFamily) ([]byte, error) {
 			"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%",
 		},
 		ClusterDomain:             ClusterDomain,
-		ClusterDNS:                f.addressing().clusterDNS,
+		ClusterDNS:                a.clusterDNS,
 		ResolverConfig:            ptr.To("/etc/resolv.conf"),
 		RotateCertificates:        false,
 		ServerTLSBootstrap:        false,
@@ -120,7 +120,7 @@ func proxyConfig(id nodeIdentity) ([]byte, error) {
 		TypeMeta:         metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
 		ClientConnection: componentbaseconfigv1alpha1.ClientConnectionConfiguration{Kubeconfig: proxyKubeconfig},
 		Mode:             proxyv1alpha1.ProxyMode(mode),
-		ClusterCIDR:      strings.Join(id.IPFamily.addressing().clusterCIDRs, ","),
+		ClusterCIDR:      strings.Join(id.Addressing.clusterCIDRs, ","),
 		HostnameOverride: id.Name,
 		Conntrack:        proxyv1alpha1.KubeProxyConntrackConfiguration{MaxPerCore: ptr.To[int32](0)},
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/examples"
+	"github.com/labcloud/labcloud/lab/uplink"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 	"github.com/labcloud/labcloud/provider"
@@ -46,6 +47,10 @@ type Options struct {
 	// IPFamily is the cluster's: ipv4 (also when empty), ipv6 or dual
 	// (full lab only; see IPFamily).
 	IPFamily IPFamily
+	// Subnet and PodCIDR move the lab's IPv4 network (a /24) and pod
+	// CIDRs (a /16 or wider) off a host that routes the defaults; empty:
+	// DefaultSubnet, DefaultPodCIDR. Full lab only; see Addressing.
+	Subnet, PodCIDR string
 	// Wait is how long up waits for the Nodes; 0 means DefaultWait, or for
 	// a light lab 3 minutes plus 100 ms per node.
 	Wait time.Duration
@@ -89,7 +94,7 @@ func (o Options) Validate() error {
 			bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d with --light", MaxLightNodes))
 		}
 	} else if o.Nodes < 1 || o.Nodes > MaxNodes {
-		bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d guests (one DHCP lease each from %s.%d-%d); --light simulates up to %d", MaxNodes, subnet, dhcpFirst, dhcpLast, MaxLightNodes))
+		bad("--nodes", o.Nodes, fmt.Sprintf("want 1..%d guests (one DHCP lease each from .%d-%d of the lab's network); --light simulates up to %d", MaxNodes, dhcpFirst, dhcpLast, MaxLightNodes))
 	}
 	switch {
 	case o.Routed && o.Hosts < 2:
@@ -111,6 +116,7 @@ func (o Options) Validate() error {
 	} else if o.Light && o.IPFamily.orIPv4() != IPv4 {
 		bad("--ip-family", o.IPFamily, "only ipv4 with --light: its simulated nodes have no addresses to carry another family")
 	}
+	errs = append(errs, o.checkAddressing()...)
 	if o.Wait < 0 {
 		bad("--wait", o.Wait, "must be positive")
 	}
@@ -123,11 +129,93 @@ func (o Options) Validate() error {
 	if o.CloudConfig != "" {
 		if o.Light {
 			bad("--cloud-config", o.CloudConfig, "only for the full lab: the light lab's CCM reads a libvirt test-driver fixture that up writes, and it has no bridge for routes or load balancers")
-		} else if _, err := LoadLabCloudConfig(o.CloudConfig); err != nil {
-			errs = append(errs, err)
+		} else if a, aerr := o.addressingErr(); aerr == nil {
+			if _, err := LoadLabCloudConfig(o.CloudConfig, a); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// The flags that move the lab's IPv4 prefixes.
+const (
+	flagSubnet  = "--subnet"
+	flagPodCIDR = "--pod-cidr"
+)
+
+// addressingErr parses --subnet and --pod-cidr (empty: the defaults)
+// into the lab's Addressing, each error a *FlagError naming its flag.
+func (o Options) addressingErr() (Addressing, []error) {
+	var errs []error
+	parse := func(flag, value, def string, bits func(int) bool, want string) netip.Prefix {
+		if value == "" {
+			value = def
+		}
+		p, err := netip.ParsePrefix(value)
+		switch {
+		case err != nil || !p.Addr().Is4():
+			errs = append(errs, &FlagError{Flag: flag, Value: value, Reason: "want an IPv4 prefix, " + want + " (the IPv6 ones are fixed)"})
+		case !bits(p.Bits()):
+			errs = append(errs, &FlagError{Flag: flag, Value: value, Reason: "want " + want})
+		case p.Masked() != p:
+			errs = append(errs, &FlagError{Flag: flag, Value: value, Reason: fmt.Sprintf("has host bits set; want %s", p.Masked())})
+		}
+		return p
+	}
+	a := Addressing{
+		Subnet:  parse(flagSubnet, o.Subnet, DefaultSubnet, func(b int) bool { return b == 24 }, "a /24 such as "+DefaultSubnet),
+		PodCIDR: parse(flagPodCIDR, o.PodCIDR, DefaultPodCIDR, func(b int) bool { return b >= 8 && b <= 16 }, "a /8 to /16 such as "+DefaultPodCIDR+" (a /24 per node)"),
+	}
+	return a, errs
+}
+
+// addressing is the lab's Addressing of valid options.
+func (o Options) addressing() Addressing {
+	a, _ := o.addressingErr()
+	return a
+}
+
+// checkAddressing refuses --subnet and --pod-cidr that do not parse, that
+// a light lab cannot take, or that overlap each other, the Service CIDR,
+// the uplink's transit or (routed) the other segments derived from them.
+func (o Options) checkAddressing() []error {
+	if o.Subnet == "" && o.PodCIDR == "" {
+		return nil
+	}
+	if o.Light {
+		var errs []error
+		for flag, v := range map[string]string{flagSubnet: o.Subnet, flagPodCIDR: o.PodCIDR} {
+			if v != "" {
+				errs = append(errs, &FlagError{Flag: flag, Value: v, Reason: "only for the full lab: the light lab has no network"})
+			}
+		}
+		return errs
+	}
+	if _, errs := o.addressingErr(); len(errs) > 0 {
+		return errs
+	}
+	if o.PodCIDR != "" && o.IPFamily.orIPv4() == IPv6 {
+		return []error{&FlagError{Flag: flagPodCIDR, Value: o.PodCIDR, Reason: "with --ip-family ipv6 the cluster has no IPv4 pods"}}
+	}
+	prefixes := append(uplinkPlan(o).Prefixes,
+		uplink.Named{What: "Service CIDR", Prefix: netip.MustParsePrefix(ServiceCIDR)},
+		uplink.Named{What: "uplink's transit", Prefix: uplink.Transit})
+	given := map[string]string{flagSubnet: o.Subnet, flagPodCIDR: o.PodCIDR}
+	var errs []error
+	for i, p := range prefixes {
+		for _, q := range prefixes[i+1:] {
+			if !p.Prefix.Overlaps(q.Prefix) {
+				continue
+			}
+			if given[q.Flag] != "" { // blame a flag given: the defaults overlap nothing
+				p, q = q, p
+			}
+			errs = append(errs, &FlagError{Flag: p.Flag, Value: given[p.Flag],
+				Reason: fmt.Sprintf("the lab's %s %s would overlap its %s %s", p.What, p.Prefix, q.What, q.Prefix)})
+		}
+	}
+	return errs
 }
 
 // waitFor is how long up waits for n nodes.
@@ -224,10 +312,11 @@ func FindCCMBinary() (string, bool) {
 	return "", false
 }
 
-// LoadLabCloudConfig reads a custom cloud config for the full lab: it must
-// pass the CCM's own validation (provider.LoadConfigFile) and fit the lab
-// (CheckLabCloudConfig). Errors name --cloud-config, the file and the field.
-func LoadLabCloudConfig(path string) ([]byte, error) {
+// LoadLabCloudConfig reads a custom cloud config for the full lab on a's
+// network: it must pass the CCM's own validation (provider.LoadConfigFile)
+// and fit the lab (CheckLabCloudConfig). Errors name --cloud-config, the
+// file and the field.
+func LoadLabCloudConfig(path string, a Addressing) ([]byte, error) {
 	bad := func(err error) error { return &FlagError{"--cloud-config", path, err.Error()} }
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -237,13 +326,14 @@ func LoadLabCloudConfig(path string) ([]byte, error) {
 	if err != nil {
 		return nil, bad(err)
 	}
-	if err := CheckLabCloudConfig(cfg); err != nil {
+	if err := CheckLabCloudConfig(cfg, a); err != nil {
 		return nil, bad(err)
 	}
 	return data, nil
 }
 
-// CheckLabCloudConfig checks that a valid cloud config fits the full lab.
+// CheckLabCloudConfig checks that a valid cloud config fits the full lab
+// on a's network.
 // The CCM reads the file as it is, so it must name what the lab is made of:
 // the lab's libvirtd, its network, and its bridge for routes (up waits for
 // them, and status and chaos read them by protocol 76 in the main table).
@@ -251,7 +341,7 @@ func LoadLabCloudConfig(path string) ([]byte, error) {
 // bridge with pools clear of the gateway and the DHCP range. Everything
 // else (region, zone, address sources, instance types, resync, metric,
 // pools) is the learner's to change.
-func CheckLabCloudConfig(cfg provider.Config) error {
+func CheckLabCloudConfig(cfg provider.Config, a Addressing) error {
 	var errs []error
 	bad := func(field string, value any, why string) {
 		errs = append(errs, fmt.Errorf("%s: %q %s", field, fmt.Sprint(value), why))
@@ -283,9 +373,9 @@ func CheckLabCloudConfig(cfg provider.Config) error {
 			bad("loadBalancer.bridge", lbc.Bridge, "must be the lab's bridge "+Bridge+" (or leave loadBalancer out)")
 		}
 		if pools, err := lb.NewPools(lbc.Pools); err == nil {
-			for _, a := range reservedAddrs() {
-				if p, ok := pools.For(a); ok {
-					bad("loadBalancer.pools", p.Name(), fmt.Sprintf("holds %s, the lab's gateway or DHCP range (%s.%d-%d, %s-%s)", a, subnet, dhcpFirst, dhcpLast, dhcp6First, dhcp6Last))
+			for _, r := range reservedAddrs(a) {
+				if p, ok := pools.For(r); ok {
+					bad("loadBalancer.pools", p.Name(), fmt.Sprintf("holds %s, the lab's gateway or DHCP range (%s-%d, %s-%s)", r, a.Addr(dhcpFirst), dhcpLast, dhcp6First, dhcp6Last))
 					break
 				}
 			}
@@ -296,10 +386,10 @@ func CheckLabCloudConfig(cfg provider.Config) error {
 
 // reservedAddrs are the bridge's addresses and the DHCP ranges of both
 // families (the IPv6 ones are there whatever the family of the lab).
-func reservedAddrs() []netip.Addr {
-	out := []netip.Addr{netip.MustParseAddr(Gateway), netip.MustParseAddr(Gateway6)}
+func reservedAddrs(a Addressing) []netip.Addr {
+	out := []netip.Addr{a.Addr(gatewayHost), netip.MustParseAddr(Gateway6)}
 	for i := dhcpFirst; i <= dhcpLast; i++ {
-		out = append(out, netip.MustParseAddr(fmt.Sprintf("%s.%d", subnet, i)))
+		out = append(out, a.Addr(i))
 	}
 	last := netip.MustParseAddr(dhcp6Last)
 	for a := netip.MustParseAddr(dhcp6First); a.Compare(last) <= 0; a = a.Next() {

@@ -149,13 +149,13 @@ func TestWaitFor(t *testing.T) {
 func TestLabCloudConfigsLoad(t *testing.T) {
 	st := &State{Dir: "/var/lib/labcloud/lab", Light: true}
 	configs := map[string]provider.Config{"light": lightCloudConfig(st)}
-	one := labHosts(st.Dir, 1)
+	one := labHosts(st.Dir, 1, Addressing{})
 	for _, f := range IPFamilies {
-		configs["full-"+string(f)] = labCloudConfig(f, true, one, one[0])
+		configs["full-"+string(f)] = labCloudConfig(defaults.of(f), true, one, one[0])
 	}
-	three := labHosts(st.Dir, 3)
+	three := labHosts(st.Dir, 3, Addressing{})
 	for _, h := range three {
-		configs["hosts-"+h.Name] = labCloudConfig(IPv4, true, three, h)
+		configs["hosts-"+h.Name] = labCloudConfig(defaults.of(IPv4), true, three, h)
 	}
 	for name, cfg := range configs {
 		data, err := marshalCloudConfig(cfg)
@@ -174,7 +174,7 @@ func TestLabCloudConfigsLoad(t *testing.T) {
 				t.Errorf("%s's replica: host %q, BGP router ID %q, %d hypervisors; want itself, its bridge's address and all 3", h, got.Host, got.BGP.RouterID, len(got.Hypervisors))
 			}
 		} else if strings.HasPrefix(name, "full") {
-			if err := CheckLabCloudConfig(got); err != nil {
+			if err := CheckLabCloudConfig(got, Addressing{}); err != nil {
 				t.Errorf("the lab's own cloud config does not fit the lab: %v", err)
 			}
 			if got.Routes.Bridge != Bridge || got.LoadBalancer.Bridge != Bridge || got.Hypervisors[0].URI != labURI {
@@ -214,5 +214,58 @@ func TestParseCCMFlags(t *testing.T) {
 		if err := ParseCCMFlags(ctx, real, []string{flag}); err == nil || !strings.Contains(err.Error(), why) {
 			t.Errorf("real CCM, %s: err = %v, want %q", flag, err, why)
 		}
+	}
+}
+
+// --subnet and --pod-cidr: each refusal names its flag and the bad value.
+func TestValidateAddressing(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		edit   func(*Options)
+		flag   string   // the flag the error names; none: valid
+		saying []string // more of the error
+	}{
+		{"moved both", func(o *Options) { o.Subnet, o.PodCIDR = "10.77.0.0/24", "10.78.0.0/16" }, "", nil},
+		{"the defaults, given", func(o *Options) { o.Subnet, o.PodCIDR = DefaultSubnet, DefaultPodCIDR }, "", nil},
+		{"a wider pod range", func(o *Options) { o.PodCIDR = "10.64.0.0/12" }, "", nil},
+		{"routed, moved", func(o *Options) { o.Subnet, o.Hosts, o.Routed = "172.20.0.0/24", 2, true }, "", nil},
+		{"dual, moved", func(o *Options) { o.Subnet, o.IPFamily = "192.168.77.0/24", DualStack }, "", nil},
+		{"not a prefix", func(o *Options) { o.Subnet = "10.77.0.0" }, "--subnet 10.77.0.0", []string{"IPv4 prefix"}},
+		{"IPv6 subnet", func(o *Options) { o.Subnet = "fd00:77::/64" }, "--subnet fd00:77::/64", []string{"IPv6 ones are fixed"}},
+		{"a /16 subnet", func(o *Options) { o.Subnet = "10.77.0.0/16" }, "--subnet 10.77.0.0/16", []string{"/24"}},
+		{"host bits", func(o *Options) { o.Subnet = "10.77.0.1/24" }, "--subnet 10.77.0.1/24", []string{"10.77.0.0/24"}},
+		{"a /24 pod range", func(o *Options) { o.PodCIDR = "10.78.0.0/24" }, "--pod-cidr 10.78.0.0/24", []string{"/16"}},
+		{"IPv6 pod range", func(o *Options) { o.PodCIDR = "fd00:78::/56" }, "--pod-cidr fd00:78::/56", []string{"IPv4"}},
+		{"pods over the network", func(o *Options) { o.PodCIDR = "10.123.0.0/16" }, "--pod-cidr 10.123.0.0/16", []string{"network 10.123.0.0/24"}},
+		{"network in the pods", func(o *Options) { o.Subnet = "10.244.7.0/24" }, "--subnet 10.244.7.0/24", []string{"pod CIDRs 10.244.0.0/16"}},
+		{"network on the Services", func(o *Options) { o.Subnet = "10.96.1.0/24" }, "--subnet 10.96.1.0/24", []string{"Service CIDR " + ServiceCIDR}},
+		{"pods over the Services", func(o *Options) { o.PodCIDR = "10.96.0.0/12" }, "--pod-cidr 10.96.0.0/12", []string{"Service CIDR"}},
+		{"network on the transit", func(o *Options) { o.Subnet = "169.254.123.0/24" }, "--subnet 169.254.123.0/24", []string{"transit 169.254.123.0/30"}},
+		{"routed: on host 2's segment", func(o *Options) { o.Subnet, o.Hosts, o.Routed = "10.77.2.0/24", 2, true },
+			"--subnet 10.77.2.0/24", []string{"network of host 2 10.77.2.0/24"}},
+		{"routed: on the LAN", func(o *Options) { o.Subnet, o.Hosts, o.Routed = "10.77.250.0/24", 2, true }, "--subnet", []string{"LAN 10.77.250.0/24"}},
+		{"pods on IPv6", func(o *Options) { o.PodCIDR, o.IPFamily = "10.78.0.0/16", IPv6 }, "--pod-cidr 10.78.0.0/16", []string{"no IPv4 pods"}},
+		{"light", func(o *Options) { o.Light, o.Subnet = true, "10.77.0.0/24" }, "--subnet 10.77.0.0/24", []string{"full lab"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Options{Nodes: 3, Dir: "/tmp/lab"}
+			tt.edit(&o)
+			err := o.Validate()
+			if tt.flag == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var fe *FlagError
+			if !errors.As(err, &fe) || !strings.HasPrefix(fe.Error(), tt.flag) {
+				t.Fatalf("Validate() = %v, want a FlagError naming %q", err, tt.flag)
+			}
+			for _, w := range tt.saying {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
 	}
 }

@@ -13,36 +13,36 @@ import (
 	"github.com/vishvananda/netns"
 	"go4.org/netipx"
 
-	"github.com/labcloud/labcloud/lab/lan"
 	"github.com/labcloud/labcloud/lab/uplink"
 )
 
 // uplinkPlan is what a full lab of opts routes from the host: every
 // host's network, the VIP pools outside them, the pod CIDRs, of the
-// lab's families (the lab's network always has IPv4).
+// lab's families (the lab's network always has IPv4), each with the flag
+// that moves it (IPv6's are fixed).
 func uplinkPlan(opts Options) uplink.Plan {
 	f := opts.IPFamily.orIPv4()
+	a, _ := opts.addressingErr() // Validate has refused what does not parse
 	var out []uplink.Named
-	add := func(what string, prefixes ...string) {
-		for _, p := range prefixes {
-			out = append(out, uplink.Named{What: what, Prefix: netip.MustParsePrefix(p)})
-		}
+	add := func(what, flag, prefix string) {
+		out = append(out, uplink.Named{What: what, Prefix: netip.MustParsePrefix(prefix), Flag: flag})
 	}
 	if opts.Routed {
+		l := a.lan()
 		for k := 1; k <= max(opts.Hosts, 1); k++ {
-			add(fmt.Sprintf("network of host %d", k), lan.Subnet(k, subnet)+".0/24")
+			add(fmt.Sprintf("network of host %d", k), flagSubnet, l.Subnet(k)+".0/24")
 		}
-		add("LAN", lan.Uplink(0)+"/24")
-		add("VIP pool", covering(lan.VIPPool).String())
+		add("LAN", flagSubnet, l.Uplink(0)+"/24")
+		add("VIP pool", flagSubnet, covering(l.VIPPool()).String())
 	} else {
-		add("network", Subnet) // the VIP pool is in it
+		add("network", flagSubnet, a.Network().String()) // the VIP pool is in it
 	}
 	if f != IPv6 {
-		add("pod CIDRs", ClusterCIDR)
+		add("pod CIDRs", flagPodCIDR, a.ClusterCIDR())
 	}
 	if f.HasIPv6() {
-		add("IPv6 network", Subnet6)
-		add("IPv6 pod CIDRs", ClusterCIDR6)
+		add("IPv6 network", "", Subnet6)
+		add("IPv6 pod CIDRs", "", ClusterCIDR6)
 	}
 	return uplink.Plan{Prefixes: out, IPv6: f.HasIPv6()}
 }

@@ -63,13 +63,13 @@ func TestHostResolvers(t *testing.T) {
 }
 
 func TestCorefileForwards(t *testing.T) {
-	c := corefile("/kc", IPv4, []string{"192.0.2.1", "192.0.2.2"})
+	c := corefile("/kc", defaults.of(IPv4), []string{"192.0.2.1", "192.0.2.2"})
 	for _, want := range []string{"hosts /etc/hosts {\n        fallthrough\n    }", "forward . 192.0.2.1 192.0.2.2\n"} {
 		if !strings.Contains(c, want) {
 			t.Errorf("Corefile lacks %q:\n%s", want, c)
 		}
 	}
-	if c := corefile("/kc", IPv4, nil); strings.Contains(c, "forward") {
+	if c := corefile("/kc", defaults.of(IPv4), nil); strings.Contains(c, "forward") {
 		t.Errorf("Corefile with no upstream forwards:\n%s", c)
 	}
 }

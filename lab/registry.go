@@ -41,14 +41,14 @@ func registryLog(dir string) string { return filepath.Join(dir, "registry.log") 
 
 // registryAddr is the registry as the nodes reach it: the bridge's address
 // of the cluster's primary family, as the API server's.
-func (f IPFamily) registryAddr() string {
-	return netip.AddrPortFrom(netip.MustParseAddr(f.addressing().apiAddress), RegistryPort).String()
+func (a addressing) registryAddr() string {
+	return netip.AddrPortFrom(netip.MustParseAddr(a.apiAddress), RegistryPort).String()
 }
 
 // registryHosts is the node file that sends every pull to the lab's
 // registry first.
-func registryHosts(f IPFamily) image.NodeFile {
-	return image.NodeFile{Path: registryHostsPath, Mode: 0o644, Data: registry.HostsTOML(f.registryAddr())}
+func registryHosts(a addressing) image.NodeFile {
+	return image.NodeFile{Path: registryHostsPath, Mode: 0o644, Data: registry.HostsTOML(a.registryAddr())}
 }
 
 // startRegistry starts `labcloud registry` as a daemon in this (the lab's)
@@ -60,7 +60,7 @@ func (u *upRun) startRegistry(ctx context.Context) error {
 		return fmt.Errorf("find the labcloud binary for the registry: %w", err)
 	}
 	args := []string{"registry", "--dir", filepath.Join(u.st.Dir, "registry"), "--push-listen", RegistryPushAddr}
-	for _, gw := range u.st.IPFamily.addressing().gateways {
+	for _, gw := range u.st.addressing().gateways {
 		args = append(args, "--listen", netip.AddrPortFrom(netip.MustParseAddr(gw), RegistryPort).String())
 	}
 	p, err := controlplane.StartDaemonCommand(registryLog(u.st.Dir), exec.Command(self, args...))
@@ -68,7 +68,7 @@ func (u *upRun) startRegistry(ctx context.Context) error {
 		return err
 	}
 	u.st.Pids[registryPid] = p.Pid()
-	url := "http://" + u.st.IPFamily.registryAddr() + "/v2/"
+	url := "http://" + u.st.addressing().registryAddr() + "/v2/"
 	client := &http.Client{Timeout: time.Second}
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		if p.Exited() {

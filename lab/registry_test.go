@@ -26,7 +26,7 @@ func TestNodesPullFromTheLabRegistry(t *testing.T) {
 		t.Errorf("the nodes' containerd does not read hosts files from %s:\n%s", dir, cfg)
 	}
 	for f, want := range map[IPFamily]string{IPv4: "http://10.123.0.1:5000", IPv6: "http://[fd00:10:123::1]:5000", DualStack: "http://10.123.0.1:5000"} {
-		files, err := nodeFiles(nodeIdentity{Name: "lab-node-1", APIServer: f.apiServerURL(), CAPEM: []byte("ca"), IPFamily: f})
+		files, err := nodeFiles(nodeIdentity{Name: "lab-node-1", APIServer: defaults.of(f).apiServerURL(), CAPEM: []byte("ca"), Addressing: defaults.of(f)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,8 +40,8 @@ func TestNodesPullFromTheLabRegistry(t *testing.T) {
 			t.Errorf("%s: %s is %q, want the mirror %s", f, registryHostsPath, hosts, want)
 		}
 		// The registry listens where the nodes look.
-		if gw := netip.MustParseAddrPort(f.registryAddr()).Addr().String(); !strings.Contains(strings.Join(f.addressing().gateways, " "), gw) {
-			t.Errorf("%s: nodes look for the registry at %s, not a gateway address %v", f, gw, f.addressing().gateways)
+		if gw := netip.MustParseAddrPort(defaults.of(f).registryAddr()).Addr().String(); !strings.Contains(strings.Join(defaults.of(f).gateways, " "), gw) {
+			t.Errorf("%s: nodes look for the registry at %s, not a gateway address %v", f, gw, defaults.of(f).gateways)
 		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/labcloud/labcloud/internal/frr"
-	"github.com/labcloud/labcloud/lab/lan"
 	"github.com/labcloud/labcloud/provider"
 )
 
@@ -27,7 +26,6 @@ import (
 // installs them in its kernel, so it reaches every pod through its node.
 const (
 	RouterNetns = "labcloud-router"
-	RouterAddr  = "10.123.0.254"
 	RouterAddr6 = "fd00:10:123::fe"
 	routerASN   = 64512
 	ccmASN      = 64513
@@ -83,12 +81,12 @@ func (u *upRun) startRouter(ctx context.Context) error {
 			cmds = append(cmds, []string{"-n", h.Netns, "link", "set", HostUplink, "master", Bridge, "up"})
 			continue
 		}
-		for _, c := range lan.HostCommands(h.Index, HostUplink, Bridge, ClusterCIDR) {
+		for _, c := range u.st.Addressing.lan().HostCommands(h.Index, HostUplink, Bridge, u.st.Addressing.ClusterCIDR()) {
 			inHosts = append(inHosts, append([]string{"netns", "exec", h.Netns}, c...))
 		}
 	}
 	if u.st.Routed {
-		for _, r := range lan.RouterRoutes(len(u.st.Hosts), subnet) {
+		for _, r := range u.st.Addressing.lan().RouterRoutes(len(u.st.Hosts)) {
 			inHosts = append(inHosts, append([]string{"-n", RouterNetns}, r...))
 		}
 	}
@@ -116,7 +114,7 @@ func (u *upRun) startRouter(ctx context.Context) error {
 	if err := os.MkdirAll(routerRunDir, 0o755); err != nil {
 		return err
 	}
-	cfg := routerConfig(u.st.Hosts, u.st.Routed)
+	cfg := routerConfig(u.st.Hosts, u.st.Routed, u.st.Addressing)
 	if len(u.st.Hosts) > 1 && u.st.IPFamily.HasIPv6() {
 		cfg.AdvertiseOn = []string{lanBridge} // the hosts' advertisements say they are no router
 	}
@@ -132,8 +130,8 @@ func (u *upRun) startRouter(ctx context.Context) error {
 // address on the LAN) a neighbour, with BFD. In a routed lab the nodes the
 // replicas name as next hops are on the hosts' subnets, reached through
 // the static routes to them.
-func routerConfig(hosts []Host, routed bool) frr.Config {
-	cfg := frr.Config{ASN: routerASN, RouterID: netip.MustParseAddr(RouterAddr)}
+func routerConfig(hosts []Host, routed bool, a Addressing) frr.Config {
+	cfg := frr.Config{ASN: routerASN, RouterID: netip.MustParseAddr(a.RouterAddr())}
 	for _, h := range hosts {
 		cfg.Neighbors = append(cfg.Neighbors, frr.Neighbor{Address: netip.MustParseAddr(h.lanAddress()), ASN: ccmASN, BFD: true, NextHopsAnywhere: routed})
 	}
@@ -143,9 +141,9 @@ func routerConfig(hosts []Host, routed bool) frr.Config {
 // routerAddress is the router's address on the LAN.
 func (s *State) routerAddress() string {
 	if s.Routed {
-		return lan.RouterAddr
+		return s.Addressing.lan().RouterAddr()
 	}
-	return RouterAddr
+	return s.Addressing.RouterAddr()
 }
 
 // waitBGPSessions waits, in a lab of several hosts, until every host's
@@ -185,13 +183,13 @@ func sessionState(s string, err error) string {
 
 // labBGP is the CCM's side, in the cloud config of host h's replica: in
 // a routed lab it also announces the VIPs of its host's nodes.
-func labBGP(h Host) provider.BGPConfig {
+func labBGP(h Host, a Addressing) provider.BGPConfig {
 	cfg := provider.DefaultConfig().BGP
 	cfg.ASN = ccmASN
 	cfg.RouterID = h.lanAddress()
-	router := RouterAddr
+	router := a.RouterAddr()
 	if h.Uplink != "" {
-		router, cfg.AnnounceVIPs = lan.RouterAddr, true
+		router, cfg.AnnounceVIPs = a.lan().RouterAddr(), true
 	}
 	cfg.Peers = []provider.BGPPeerConfig{{Address: router, ASN: routerASN, BFD: true}}
 	return cfg

@@ -65,10 +65,10 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	u.st.Hosts = labHosts(opts.Dir, opts.Hosts)
+	u.st.Hosts = labHosts(opts.Dir, opts.Hosts, u.st.Addressing)
 	if opts.Routed {
 		u.st.Routed = true
-		routeHosts(u.st.Hosts)
+		routeHosts(u.st.Hosts, u.st.Addressing)
 	}
 	if err := u.run(u.fullSteps(ctx)); err != nil {
 		return u.st, err
@@ -89,7 +89,7 @@ func beginUp(opts Options) (*upRun, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, IPFamily: opts.IPFamily.orIPv4(), Started: time.Now()}}
+	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, IPFamily: opts.IPFamily.orIPv4(), Addressing: opts.addressing(), Started: time.Now()}}
 	return u, u.st.Save()
 }
 
@@ -316,9 +316,9 @@ func (u *upRun) prepareControlPlane() (*controlplane.ControlPlane, error) {
 	u.proxyToken = controlplane.NewToken()
 	u.dnsToken = controlplane.NewToken()
 	tokens = append(tokens, controlplane.Token{Token: u.proxyToken, User: "system:kube-proxy"}, controlplane.Token{Token: u.dnsToken, User: dnsUser})
-	a := u.st.IPFamily.addressing()
+	a := u.st.addressing()
 	return u.newControlPlane(controlplane.Options{
-		Address: a.apiAddress, AltIPs: []string{Gateway, Gateway6},
+		Address: a.apiAddress, AltIPs: []string{a.Gateway(), Gateway6},
 		ClusterCIDR: strings.Join(a.clusterCIDRs, ","), NodeCIDRMaskSizeIPv6: nodeMaskSize6,
 		ServiceCIDR: strings.Join(a.serviceCIDRs, ","),
 		Tokens:      tokens, Scheduler: true,
@@ -393,11 +393,11 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 		initrd := filepath.Join(nodes, name+".initrd")
 		files, err := nodeFiles(nodeIdentity{
 			Name:         name,
-			APIServer:    u.st.IPFamily.apiServerURL(),
+			APIServer:    u.st.addressing().apiServerURL(),
 			CAPEM:        cp.CAData,
 			KubeletToken: u.tokens[i-1].Token,
 			ProxyToken:   u.proxyToken,
-			IPFamily:     u.st.IPFamily,
+			Addressing:   u.st.addressing(),
 		})
 		if err != nil {
 			return err
@@ -535,7 +535,7 @@ func labReady(ctx context.Context, client kubernetes.Interface, st *State) (labP
 		return nil, fmt.Errorf("list Nodes: %w", err)
 	}
 	// One pod CIDR of each of the cluster's families, each routed.
-	return judgeLab(st.Nodes, nodes.Items, len(st.IPFamily.addressing().clusterCIDRs), routes), nil
+	return judgeLab(st.Nodes, nodes.Items, len(st.addressing().clusterCIDRs), routes), nil
 }
 
 // podCIDRs are a Node's pod CIDRs, one per family.

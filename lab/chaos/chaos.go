@@ -53,7 +53,7 @@ func Run(ctx context.Context, st *lab.State, opts Options) (Summary, error) {
 			return Summary{}, err
 		}
 	}
-	lan, err := lanClientUp()
+	lan, err := lanClientUp(chaosClientAddr(st.Addressing))
 	if err != nil {
 		return Summary{}, fmt.Errorf("LAN client on %s: %w", lab.Bridge, err)
 	}
@@ -70,7 +70,7 @@ func Run(ctx context.Context, st *lab.State, opts Options) (Summary, error) {
 	}
 	r.inj = &injector{st: st, client: client, obs: r.obs}
 	start := time.Now()
-	r.out.printf("chaos: seed %d, %s, nodes %v, LAN client %s on %s", opts.Seed, opts.Duration, st.Nodes, chaosClientIP, lab.Bridge)
+	r.out.printf("chaos: seed %d, %s, nodes %v, LAN client %s on %s", opts.Seed, opts.Duration, st.Nodes, lan.addr.Addr(), lab.Bridge)
 
 	checkCtx, stopChecks := context.WithCancel(ctx)
 	var wg sync.WaitGroup

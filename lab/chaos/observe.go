@@ -33,15 +33,24 @@ import (
 const (
 	chaosVethLab    = "lcchaos0" // in the lab namespace, a port of the bridge
 	chaosVethClient = "lcchaos1" // in the client namespace
-	chaosClientIP   = "10.123.0.252"
+	chaosClientHost = 252        // its address: .252 of the lab's network
 	excludeLBLabel  = "node.kubernetes.io/exclude-from-external-load-balancers"
 )
 
 // lanClient is the LAN client's namespace; Close removes it and its veth.
-type lanClient struct{ ns netns.NsHandle }
+type lanClient struct {
+	ns   netns.NsHandle
+	addr netip.Prefix // on the lab's network
+}
 
-// lanClientUp makes the LAN client. It runs in the lab's namespace.
-func lanClientUp() (*lanClient, error) {
+// chaosClientAddr is the LAN client's address on the lab's network a.
+func chaosClientAddr(a lab.Addressing) netip.Prefix {
+	return netip.PrefixFrom(a.Addr(chaosClientHost), a.Network().Bits())
+}
+
+// lanClientUp makes the LAN client with address addr. It runs in the
+// lab's namespace.
+func lanClientUp(addr netip.Prefix) (*lanClient, error) {
 	if l, err := netlink.LinkByName(chaosVethLab); err == nil { // a crashed run's
 		_ = netlink.LinkDel(l)
 	}
@@ -49,7 +58,7 @@ func lanClientUp() (*lanClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &lanClient{ns: ns}
+	c := &lanClient{ns: ns, addr: addr}
 	if err := c.plug(); err != nil {
 		c.Close()
 		return nil, err
@@ -102,7 +111,7 @@ func (c *lanClient) plug() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", chaosVethClient, err)
 	}
-	addr, err := netlink.ParseAddr(chaosClientIP + "/24")
+	addr, err := netlink.ParseAddr(c.addr.String())
 	if err != nil {
 		return err
 	}
@@ -235,7 +244,7 @@ type observer struct {
 }
 
 func newObserver(st *lab.State, client kubernetes.Interface, p *arpProber) *observer {
-	return &observer{st: st, client: client, arp: p, subnets: st.IPFamily.Subnets(), downAt: map[string]time.Time{}, lost: map[string]bool{}}
+	return &observer{st: st, client: client, arp: p, subnets: st.Addressing.Subnets(st.IPFamily), downAt: map[string]time.Time{}, lost: map[string]bool{}}
 }
 
 // wentDown records that chaos stopped a domain at t.

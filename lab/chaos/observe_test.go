@@ -129,14 +129,14 @@ func lanClientReachesTheBridge(t *testing.T) {
 	if err := netlink.LinkAdd(br); err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := netlink.ParseAddr(lab.Gateway + "/24")
+	addr, _ := netlink.ParseAddr(lab.Addressing{}.Gateway() + "/24")
 	if err := netlink.AddrAdd(br, addr); err != nil {
 		t.Fatal(err)
 	}
 	if err := netlink.LinkSetUp(br); err != nil {
 		t.Fatal(err)
 	}
-	lan, err := lanClientUp()
+	lan, err := lanClientUp(chaosClientAddr(lab.Addressing{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func lanClientReachesTheBridge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	gw := netip.MustParseAddr(lab.Gateway)
+	gw := netip.MustParseAddr(lab.Addressing{}.Gateway())
 	var got map[netip.Addr][]string
 	for i := 0; i < 10 && len(got[gw]) == 0; i++ { // the veth may take a moment to forward
 		if got, err = p.Probe(context.Background(), []netip.Addr{gw}, 300*time.Millisecond); err != nil {

@@ -200,7 +200,7 @@ func TestSetupE2EClient(t *testing.T) {
 	// The lab's bridge address, on a bridge without ports.
 	for _, s := range [][]string{
 		{"ip", "-n", labNs, "link", "add", "br0", "type", "bridge"},
-		{"ip", "-n", labNs, "addr", "add", lab.Gateway + "/24", "dev", "br0"},
+		{"ip", "-n", labNs, "addr", "add", lab.Addressing{}.Gateway() + "/24", "dev", "br0"},
 		{"ip", "-n", labNs, "addr", "add", lab.Gateway6 + "/64", "dev", "br0", "nodad"},
 		{"ip", "-n", labNs, "link", "set", "br0", "up"},
 	} {
@@ -216,7 +216,7 @@ func TestSetupE2EClient(t *testing.T) {
 		_ = cleanup()
 		t.Fatal(err)
 	}
-	for _, a := range []string{lab.Gateway, lab.Gateway6} {
+	for _, a := range []string{lab.Addressing{}.Gateway(), lab.Gateway6} {
 		if err := ping(a); err != nil {
 			t.Errorf("client cannot reach the lab at %s: %v", a, err)
 		}

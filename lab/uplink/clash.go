@@ -35,7 +35,7 @@ var zeroconf = netip.MustParsePrefix("169.254.0.0/16")
 // IPv6 /64s and zeroconf's 169.254.0.0/16 clash with nothing, and the
 // lab's own leftovers (Protocol, or on HostLink) are ignored.
 func Clashes(lab []Named, host []HostRoute) []string {
-	lab = append([]Named{{"uplink's transit", Transit}}, lab...)
+	lab = append([]Named{{What: "uplink's transit", Prefix: Transit}}, lab...)
 	var out []string
 	for _, r := range host {
 		p := r.Prefix.Masked()
@@ -45,7 +45,11 @@ func Clashes(lab []Named, host []HostRoute) []string {
 		}
 		for _, n := range lab {
 			if n.Prefix.Overlaps(p) {
-				out = append(out, fmt.Sprintf("the lab's %s %s and the host's route %s overlap", n.What, n.Prefix, r))
+				c := fmt.Sprintf("the lab's %s %s and the host's route %s overlap", n.What, n.Prefix, r)
+				if n.Flag != "" {
+					c += fmt.Sprintf(" (labcloud up %s moves the lab's)", n.Flag)
+				}
+				out = append(out, c)
 			}
 		}
 	}
@@ -56,7 +60,7 @@ func Clashes(lab []Named, host []HostRoute) []string {
 type ClashError struct{ Clashes []string }
 
 func (e *ClashError) Error() string {
-	return strings.Join(e.Clashes, "; ") + ": the lab's addresses are fixed; remove or move the host's route (or bring the lab up on a host without it)"
+	return strings.Join(e.Clashes, "; ") + ": move the lab's with the flag named, or remove or move the host's route (or bring the lab up on a host without it)"
 }
 
 // Check refuses, with a *ClashError, a plan whose prefixes overlap a route

@@ -3,13 +3,14 @@ package uplink
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 )
 
 func TestClashes(t *testing.T) {
-	pods := Named{"pod CIDRs", netip.MustParsePrefix("10.244.0.0/16")}
-	net4 := Named{"network", netip.MustParsePrefix("10.123.0.0/24")}
-	pods6 := Named{"IPv6 pod CIDRs", netip.MustParsePrefix("fd00:10:244::/56")}
+	pods := Named{What: "pod CIDRs", Prefix: netip.MustParsePrefix("10.244.0.0/16")}
+	net4 := Named{What: "network", Prefix: netip.MustParsePrefix("10.123.0.0/24")}
+	pods6 := Named{What: "IPv6 pod CIDRs", Prefix: netip.MustParsePrefix("fd00:10:244::/56")}
 	lab := []Named{net4, pods, pods6}
 	route := func(p, dev string) HostRoute { return HostRoute{Prefix: netip.MustParsePrefix(p), Dev: dev} }
 	for _, tc := range []struct {
@@ -40,5 +41,26 @@ func TestClashes(t *testing.T) {
 				t.Errorf("Clashes:\n got %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A clash of a prefix a flag moves names the flag, and the refusal says
+// to use it.
+func TestClashNamesTheFlag(t *testing.T) {
+	lab := []Named{
+		{What: "network", Prefix: netip.MustParsePrefix("10.123.0.0/24"), Flag: "--subnet"},
+		{What: "pod CIDRs", Prefix: netip.MustParsePrefix("10.244.0.0/16"), Flag: "--pod-cidr"},
+	}
+	host := []HostRoute{{Prefix: netip.MustParsePrefix("10.244.0.0/16"), Dev: "flannel.1"}, {Prefix: netip.MustParsePrefix("10.123.0.0/24"), Dev: "br9"}}
+	want := []string{
+		"the lab's pod CIDRs 10.244.0.0/16 and the host's route 10.244.0.0/16 dev flannel.1 overlap (labcloud up --pod-cidr moves the lab's)",
+		"the lab's network 10.123.0.0/24 and the host's route 10.123.0.0/24 dev br9 overlap (labcloud up --subnet moves the lab's)",
+	}
+	got := Clashes(lab, host)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Clashes:\n got %q\nwant %q", got, want)
+	}
+	if err := (&ClashError{Clashes: got}).Error(); !strings.Contains(err, "--pod-cidr moves") || strings.Contains(err, "fixed") {
+		t.Errorf("refusal %q, want the flags named and no word of the addresses being fixed", err)
 	}
 }

@@ -43,10 +43,12 @@ var (
 )
 
 // Named is one of the lab's prefixes and what it is, as an error names it
-// ("the lab's pod CIDRs").
+// ("the lab's pod CIDRs"), with the flag of labcloud up that moves it
+// (none: fixed).
 type Named struct {
 	What   string
 	Prefix netip.Prefix
+	Flag   string
 }
 
 // Plan is what the uplink carries: the lab's prefixes, each routed from

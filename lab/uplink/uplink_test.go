@@ -173,10 +173,10 @@ func newTestbed(t *testing.T) testbed {
 }
 
 var testPlan = Plan{IPv6: true, Prefixes: []Named{
-	{"network", netip.MustParsePrefix("10.123.0.0/24")},
-	{"pod CIDRs", netip.MustParsePrefix("10.244.0.0/16")},
-	{"IPv6 network", netip.MustParsePrefix("fd00:10:123::/64")},
-	{"IPv6 pod CIDRs", netip.MustParsePrefix("fd00:10:244::/56")},
+	{What: "network", Prefix: netip.MustParsePrefix("10.123.0.0/24")},
+	{What: "pod CIDRs", Prefix: netip.MustParsePrefix("10.244.0.0/16")},
+	{What: "IPv6 network", Prefix: netip.MustParsePrefix("fd00:10:123::/64")},
+	{What: "IPv6 pod CIDRs", Prefix: netip.MustParsePrefix("fd00:10:244::/56")},
 }}
 
 // reach checks the uplink end to end: the guest reaches the internet's

@@ -460,8 +460,8 @@ func TestLab(t *testing.T) {
 				return fmt.Sprintf("VIP %s announced via %q", lvip, node)
 			}
 			got, err := l.curl("http://" + lvip + "/clientip")
-			if err != nil || !strings.HasPrefix(got, lab.Gateway+":") {
-				return fmt.Sprintf("clientip %q %v, want the lab host's own %s", got, err, lab.Gateway)
+			if err != nil || !strings.HasPrefix(got, lab.Addressing{}.Gateway()+":") {
+				return fmt.Sprintf("clientip %q %v, want the lab host's own %s", got, err, lab.Addressing{}.Gateway())
 			}
 			return ""
 		})
