@@ -111,9 +111,17 @@ func seedFromHost(dir string) error {
 // Action's kubeconfig output.
 func runActionJob(t *testing.T, cred *syscall.Credential, store *cacheStore, head, name string) time.Duration {
 	r, base := newJob(t, cred, store, name)
+	// The runner fetches the Action from its repository: a bare copy of
+	// this one stands for it (the job's user may not read root's checkout
+	// as a repository: git refuses one another user owns).
+	origin := filepath.Join(base, "origin.git")
+	must(t, "git", "clone", "--quiet", "--bare", repoRoot(), origin)
+	if err := r.chown(origin); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	action := filepath.Join(base, "actions", "labcloud")
-	if err := r.asUser("git", "clone", "--quiet", repoRoot(), action); err != nil {
+	if err := r.asUser("git", "clone", "--quiet", origin, action); err != nil {
 		t.Fatalf("git clone as %s: %v", jobUser, err)
 	}
 	if err := r.asUser("git", "-C", action, "checkout", "--quiet", "--detach", head); err != nil {
