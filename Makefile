@@ -33,10 +33,13 @@ VERSION ?= $(shell hack/version.sh)
 KUBE_VERSION ?= $(shell go list -m -f '{{.Version}}' k8s.io/cloud-provider | sed 's/^v0\./v1./')
 LDFLAGS := -X github.com/labcloud/labcloud/version.stamped=$(VERSION) -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)
 
+# -trimpath: the binaries, and Go's cache entries for them, do not depend on
+# where the checkout or the module cache is, so a CI job's restored cache
+# (action.yml) serves a checkout at another path.
 build:
 	mkdir -p $(BIN)
-	go build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/libvirt-cloud-controller-manager ./cmd/labcloud
-	CGO_ENABLED=0 go build -o $(BIN)/ ./cmd/lab-node
+	go build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/libvirt-cloud-controller-manager ./cmd/labcloud
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/lab-node
 
 # The Debian package of the CCM (packaging/nfpm.yaml) into DIST, built with
 # nfpm as a library (hack/pkgtools, its own module, nfpm pinned there) from
