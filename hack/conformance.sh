@@ -6,18 +6,29 @@
 #   loadbalancer-ipv6  the same on an ipv6 lab
 #   dualstack          the [Feature:IPv6DualStack] tests on a dual lab
 #   sig-network        the [sig-network] [Conformance] tests on an ipv4 lab
+#   action-cold        the GitHub Action's first run, its cache empty (every
+#                      tool built as the runner's user), then one with the
+#                      cache it saved (test/action; make test runs only the
+#                      second kind)
 # Each writes its JUnit report and log into CONFORMANCE_DIR/RUN;
 # CONFORMANCE_ARGS adds labcloud e2e flags to every run. Exits non-zero when
 # any run fails. Root; about 25-40 minutes a run on TCG guests.
 set -uo pipefail
 lc=${BIN:-bin}/labcloud
 dir=${CONFORMANCE_DIR:-labcloud-e2e}
-runs=${CONFORMANCE_RUNS:-loadbalancer-ipv4 loadbalancer-ipv6 dualstack sig-network}
+runs=${CONFORMANCE_RUNS:-loadbalancer-ipv4 loadbalancer-ipv6 dualstack sig-network action-cold}
 # Shell words, so that a quoted --focus keeps its spaces.
 eval "extra=(${CONFORMANCE_ARGS:-})"
 
 failed=()
 for run in $runs; do
+  if [ "$run" = action-cold ]; then
+    echo "== $run: test/action with LABCLOUD_ACTION_COLD=1"
+    mkdir -p "$dir/$run"
+    LABCLOUD_ACTION_COLD=1 go test -count=1 -timeout 90m -v -run '^TestActionAsUsersCallIt$' ./test/action/ >"$dir/$run/test.log" 2>&1 || failed+=("$run")
+    grep '^action:' "$dir/$run/test.log"
+    continue
+  fi
   case $run in
     loadbalancer-ipv4) family=ipv4 args=() ;;
     loadbalancer-ipv6) family=ipv6 args=() ;;
