@@ -61,6 +61,9 @@ type State struct {
 	// Addressing is where its IPv4 addresses are (up --subnet,
 	// --pod-cidr); zero, the defaults, in a state written before.
 	Addressing Addressing `json:"addressing"`
+	// InsecureRegistries are pulled from over plain HTTP (up
+	// --insecure-registry).
+	InsecureRegistries []string `json:"insecureRegistries,omitempty"`
 	// Router says the LAN router (FRR) runs and the CCM peers with it.
 	Router bool `json:"router,omitempty"`
 	// Routed says each host is on a segment of its own (up --routed).

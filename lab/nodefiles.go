@@ -37,7 +37,8 @@ type nodeIdentity struct {
 	KubeletToken    string
 	ProxyToken      string
 	Addressing      addressing
-	ProxyMode       string // iptables or nftables
+	ProxyMode       string   // iptables or nftables
+	Insecure        []string // registries pulled from over plain HTTP
 }
 
 // nodeFiles are a node's kubeconfigs, the kubelet's and kube-proxy's
@@ -60,7 +61,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []image.NodeFile{
+	return append([]image.NodeFile{
 		{Path: "/etc/hostname", Mode: 0o644, Data: []byte(id.Name + "\n")},
 		{Path: nodeCAPath, Mode: 0o644, Data: id.CAPEM},
 		{Path: kubeletKubeconfig, Mode: 0o600, Data: kubelet},
@@ -68,8 +69,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 		{Path: proxyKubeconfig, Mode: 0o600, Data: proxy},
 		{Path: proxyConfigPath, Mode: 0o644, Data: pc},
 		{Path: ipFamilyPath, Mode: 0o644, Data: []byte(string(id.Addressing.family) + "\n")},
-		registryHosts(id.Addressing),
-	}, nil
+	}, registryHosts(id.Addressing, id.Insecure)...), nil
 }
 
 // kubeletConfig is a kubeadm-like kubelet configuration for a small node

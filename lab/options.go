@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/uplink"
 	"github.com/labcloud/labcloud/lb"
@@ -51,6 +53,9 @@ type Options struct {
 	// CIDRs (a /16 or wider) off a host that routes the defaults; empty:
 	// DefaultSubnet, DefaultPodCIDR. Full lab only; see Addressing.
 	Subnet, PodCIDR string
+	// InsecureRegistries are registries (HOST[:PORT]) the nodes pull
+	// from over plain HTTP (full lab only).
+	InsecureRegistries []string
 	// Wait is how long up waits for the Nodes; 0 means DefaultWait, or for
 	// a light lab 3 minutes plus 100 ms per node.
 	Wait time.Duration
@@ -125,6 +130,13 @@ func (o Options) Validate() error {
 	}
 	if err := CheckCCMFlags(o.CCMFlags); err != nil {
 		errs = append(errs, err)
+	}
+	for _, r := range o.InsecureRegistries {
+		if o.Light {
+			bad("--insecure-registry", r, "only for the full lab: the light lab's nodes pull nothing")
+		} else if reg, err := name.NewRegistry(r, name.StrictValidation); err != nil || reg.Name() != r || strings.Contains(r, "/") {
+			bad("--insecure-registry", r, "want a registry's HOST or HOST:PORT, e.g. registry.example:5000")
+		}
 	}
 	if o.CloudConfig != "" {
 		if o.Light {

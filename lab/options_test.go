@@ -246,6 +246,11 @@ func TestValidateAddressing(t *testing.T) {
 		{"routed: on the LAN", func(o *Options) { o.Subnet, o.Hosts, o.Routed = "10.77.250.0/24", 2, true }, "--subnet", []string{"LAN 10.77.250.0/24"}},
 		{"pods on IPv6", func(o *Options) { o.PodCIDR, o.IPFamily = "10.78.0.0/16", IPv6 }, "--pod-cidr 10.78.0.0/16", []string{"no IPv4 pods"}},
 		{"light", func(o *Options) { o.Light, o.Subnet = true, "10.77.0.0/24" }, "--subnet 10.77.0.0/24", []string{"full lab"}},
+		{"insecure registries", func(o *Options) { o.InsecureRegistries = []string{"registry.test:5000", "10.1.2.3", "[fd00::5]:5000"} }, "", nil},
+		{"a registry with a path", func(o *Options) { o.InsecureRegistries = []string{"registry.test:5000/team"} }, "--insecure-registry registry.test:5000/team", []string{"HOST:PORT"}},
+		{"a URL for a registry", func(o *Options) { o.InsecureRegistries = []string{"http://registry.test"} }, "--insecure-registry http://registry.test", []string{"HOST:PORT"}},
+		{"a registry with a space", func(o *Options) { o.InsecureRegistries = []string{"bad host"} }, "--insecure-registry bad host", []string{"HOST:PORT"}},
+		{"a registry, light", func(o *Options) { o.Light, o.InsecureRegistries = true, []string{"registry.test"} }, "--insecure-registry registry.test", []string{"full lab"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := Options{Nodes: 3, Dir: "/tmp/lab"}

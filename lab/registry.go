@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -45,10 +46,15 @@ func (a addressing) registryAddr() string {
 	return netip.AddrPortFrom(netip.MustParseAddr(a.apiAddress), RegistryPort).String()
 }
 
-// registryHosts is the node file that sends every pull to the lab's
-// registry first.
-func registryHosts(a addressing) image.NodeFile {
-	return image.NodeFile{Path: registryHostsPath, Mode: 0o644, Data: registry.HostsTOML(a.registryAddr())}
+// registryHosts are the node files that send every pull to the lab's
+// registry first, and each of the insecure registries' to itself over
+// plain HTTP after it.
+func registryHosts(a addressing, insecure []string) []image.NodeFile {
+	files := []image.NodeFile{{Path: registryHostsPath, Mode: 0o644, Data: registry.HostsTOML(a.registryAddr())}}
+	for _, r := range insecure {
+		files = append(files, image.NodeFile{Path: path.Join(path.Dir(path.Dir(registryHostsPath)), r, "hosts.toml"), Mode: 0o644, Data: registry.PlainHTTPHostsTOML(a.registryAddr(), r)})
+	}
+	return files
 }
 
 // startRegistry starts `labcloud registry` as a daemon in this (the lab's)

@@ -3,11 +3,13 @@ package lab
 import (
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +45,30 @@ func TestNodesPullFromTheLabRegistry(t *testing.T) {
 		if gw := netip.MustParseAddrPort(defaults.of(f).registryAddr()).Addr().String(); !strings.Contains(strings.Join(defaults.of(f).gateways, " "), gw) {
 			t.Errorf("%s: nodes look for the registry at %s, not a gateway address %v", f, gw, defaults.of(f).gateways)
 		}
+	}
+}
+
+// An insecure registry (up --insecure-registry) gets a hosts file of its
+// own in every node: the lab's registry first, then itself over HTTP.
+func TestNodesPullInsecureRegistriesOverHTTP(t *testing.T) {
+	a := defaults.of(IPv4)
+	files, err := nodeFiles(nodeIdentity{Name: "lab-node-1", APIServer: a.apiServerURL(), CAPEM: []byte("ca"), Addressing: a,
+		Insecure: []string{"registry.test:5000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, nf := range files {
+		got[nf.Path] = string(nf.Data)
+	}
+	hosts := got["/etc/containerd/certs.d/registry.test:5000/hosts.toml"]
+	for _, want := range []string{`server = "http://registry.test:5000"`, `[host."http://10.123.0.1:5000"]`} {
+		if !strings.Contains(hosts, want) {
+			t.Errorf("the hosts file of registry.test:5000 lacks %s: %q (node files %v)", want, hosts, slices.Sorted(maps.Keys(got)))
+		}
+	}
+	if got[registryHostsPath] == "" {
+		t.Errorf("no %s beside it", registryHostsPath)
 	}
 }
 

@@ -89,7 +89,7 @@ func beginUp(opts Options) (*upRun, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, IPFamily: opts.IPFamily.orIPv4(), Addressing: opts.addressing(), Started: time.Now()}}
+	u := &upRun{opts: opts, start: time.Now(), st: &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, IPFamily: opts.IPFamily.orIPv4(), Addressing: opts.addressing(), InsecureRegistries: opts.InsecureRegistries, Started: time.Now()}}
 	return u, u.st.Save()
 }
 
@@ -398,6 +398,7 @@ func (u *upRun) bootGuests(cp *controlplane.ControlPlane, art image.Artifacts, d
 			KubeletToken: u.tokens[i-1].Token,
 			ProxyToken:   u.proxyToken,
 			Addressing:   u.st.addressing(),
+			Insecure:     u.st.InsecureRegistries,
 		})
 		if err != nil {
 			return err

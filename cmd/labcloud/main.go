@@ -203,6 +203,9 @@ func upCmd(dir *string) *cobra.Command {
 			if opts.CloudConfig != "" {
 				args = append(args, "--cloud-config", opts.CloudConfig)
 			}
+			for _, r := range opts.InsecureRegistries {
+				args = append(args, "--insecure-registry="+r)
+			}
 			if opts.Subnet != "" {
 				args = append(args, "--subnet", opts.Subnet)
 			}
@@ -241,6 +244,7 @@ func upCmd(dir *string) *cobra.Command {
 	f.BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
 	f.StringVar(&failureLogs, "logs-on-failure", "", "where a failed up writes its logs export (default: a new directory labcloud-up-failed-* under $TMPDIR or /tmp)")
 	f.BoolVar(&opts.Light, "light", opts.Light, "no guests and no libvirtd: libvirt's test driver and simulated nodes")
+	f.StringArrayVar(&opts.InsecureRegistries, "insecure-registry", nil, "a registry (HOST[:PORT]) the nodes pull from over plain HTTP, after the lab's own registry (repeatable; full lab)")
 	f.StringVar(&opts.Subnet, "subnet", "", fmt.Sprintf("the lab's IPv4 network, a /24 (default %s): the bridge .1, DHCP .100-.199, VIPs .200-.250, router .254; with --routed the other hosts' segments A.B.K.0/24, the LAN A.B.250.0/24 and the VIPs A.B.240.0/26 move with it (full lab; the IPv6 prefixes and the Service CIDR %s are fixed)", lab.DefaultSubnet, lab.ServiceCIDR))
 	f.StringVar(&opts.PodCIDR, "pod-cidr", "", fmt.Sprintf("the cluster's IPv4 pod range, a /8 to /16 (default %s), a /24 per node (full lab; the IPv6 one is fixed)", lab.DefaultPodCIDR))
 	f.StringVar(&ipFamily, "ip-family", ipFamily, "the cluster's IP family: ipv4, ipv6 or dual (IPv4 first); ipv6 and dual add an IPv6 /64 with RA and DHCPv6 to the lab's network (full lab only)")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -135,4 +137,82 @@ func mustConfig(t *testing.T, img v1.Image) *v1.ConfigFile {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestContainerdPullsPlainHTTPRegistry: a registry on one of this host's
+// own (not loopback) addresses speaks plain HTTP. containerd asks it over
+// HTTPS and fails, until its certs.d/HOST:PORT/hosts.toml is
+// PlainHTTPHostsTOML (up --insecure-registry); the lab's registry stays
+// first.
+func TestContainerdPullsPlainHTTPRegistry(t *testing.T) {
+	tools := containerdTools(t)
+	addr := hostAddress(t)
+	dir := t.TempDir()
+	r, err := Open(filepath.Join(dir, "registry"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab := httptest.NewServer(r.ReadOnly())
+	defer lab.Close()
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := &httptest.Server{Listener: ln, Config: &http.Server{Handler: ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0)))}}
+	theirs.Start()
+	defer theirs.Close()
+	registry := ln.Addr().String()
+
+	base, _ := random.Image(4096, 1)
+	img, err := mutate.ConfigFile(base, &v1.ConfigFile{OS: "linux", Architecture: runtime.GOARCH, RootFS: mustConfig(t, base).RootFS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := registry + "/team/app:v1"
+	if err := remote.Write(mustRef(t, ref), img); err != nil {
+		t.Fatal(err)
+	}
+	hosts := filepath.Join(dir, "certs.d")
+	write := func(sub string, data []byte) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(hosts, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(hosts, sub, "hosts.toml"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("_default", HostsTOML(strings.TrimPrefix(lab.URL, "http://")))
+	sock := startContainerd(t, tools)
+	pull := func() (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, filepath.Join(tools, "ctr"), "--address", sock, "--namespace", "k8s.io",
+			"images", "pull", "--hosts-dir", hosts, ref).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := pull(); err == nil {
+		t.Fatalf("ctr pulled %s from a plain-HTTP registry with no hosts.toml of its own: the test proves nothing\n%s", ref, out)
+	}
+	write(registry, PlainHTTPHostsTOML(strings.TrimPrefix(lab.URL, "http://"), registry))
+	if out, err := pull(); err != nil {
+		t.Fatalf("ctr images pull %s with PlainHTTPHostsTOML: %v\n%s", ref, err, out)
+	}
+}
+
+// hostAddress is one of this host's own IPv4 addresses that is not
+// loopback: containerd speaks plain HTTP to loopback of its own accord.
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("this host has no IPv4 address but loopback")
+	return ""
 }

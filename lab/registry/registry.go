@@ -300,7 +300,18 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // refused connection from the mirror moves on to that one: an image nobody
 // loaded is pulled as before. Pull and resolve only: nodes never push.
 func HostsTOML(addr string) []byte {
-	return fmt.Appendf(nil, "# The lab's registry (labcloud load), then each name's own registry.\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+addr)
+	return fmt.Appendf(nil, "# The lab's registry (labcloud load), then each name's own registry.\n%s", mirrorTOML(addr))
+}
+
+// PlainHTTPHostsTOML is containerd's certs.d/HOST:PORT/hosts.toml for a
+// registry that speaks plain HTTP: the lab's registry at addr first, as
+// for every name, then the registry itself over HTTP.
+func PlainHTTPHostsTOML(addr, registry string) []byte {
+	return fmt.Appendf(nil, "# The lab's registry (labcloud load), then %s over plain HTTP.\nserver = %q\n%s", registry, "http://"+registry, mirrorTOML(addr))
+}
+
+func mirrorTOML(addr string) string {
+	return fmt.Sprintf("[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+addr)
 }
 
 // Serve serves the registry in dir on each readOnly address (the nodes')

@@ -255,7 +255,7 @@ func (l *labcloud) podsOf(app string) (nodes, ips map[string]string) {
 
 func TestLab(t *testing.T) {
 	l := newLabcloud(t)
-	l.up("--nodes", "2")
+	l.up("--nodes", "2", "--insecure-registry", insecureRegistry)
 
 	// Real kubelets, initialized by the CCM from libvirt with DHCP-lease
 	// addresses, pod CIDRs and routes.

@@ -109,9 +109,25 @@ func randomHex(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// busyboxArchive writes a docker-archive of one image named ref: the
-// host's static busybox running httpd on port 8080, serving token.
+// busyboxArchive writes a docker-archive of one image named ref,
+// busyboxImage's.
 func busyboxArchive(t *testing.T, ref, token string) string {
+	t.Helper()
+	img := busyboxImage(t, token)
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "app.tar")
+	if err := tarball.WriteToFile(p, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// busyboxImage is the host's static busybox running httpd on port 8080,
+// serving token.
+func busyboxImage(t *testing.T, token string) v1.Image {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -155,13 +171,5 @@ func busyboxArchive(t *testing.T, ref, token string) string {
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		t.Fatal(err)
 	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "app.tar")
-	if err := tarball.WriteToFile(p, tag, img); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return img
 }

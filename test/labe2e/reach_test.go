@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcr "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/labcloud/labcloud/lab/uplink"
 )
@@ -71,7 +76,57 @@ func checkReach(t *testing.T, l *labcloud) {
 			return ""
 		})
 	}
+	checkInsecureRegistry(t, l, hostIP)
 	l.mustKubectl("delete", "service,deployment", "reach")
+}
+
+// insecureRegistry is the name TestLab's up gives --insecure-registry: a
+// registry on the host's own address, named in the host's /etc/hosts.
+const insecureRegistry = "labcloud-registry.test:5000"
+
+// checkInsecureRegistry serves a plain-HTTP registry on the host's own
+// address under insecureRegistry's name, pushes an image nobody loaded,
+// and runs a pod of it: the node resolves the name through cluster DNS
+// (the host's /etc/hosts) and pulls from the host over the uplink.
+func checkInsecureRegistry(t *testing.T, l *labcloud, hostIP netip.Addr) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(insecureRegistry)
+	ln, err := net.Listen("tcp", net.JoinHostPort(hostIP.String(), port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0)))}
+	go srv.Serve(ln)
+	defer srv.Close()
+	restore := addHostsEntry(t, host, hostIP.String())
+	defer restore()
+	token := randomHex(t)
+	if err := remote.Write(mustRef(t, net.JoinHostPort(hostIP.String(), port)+"/reach/app:v1"), busyboxImage(t, token)); err != nil {
+		t.Fatal(err)
+	}
+	l.apply(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: from-host-registry}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: app, image: %s/reach/app:v1, readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}}
+`, insecureRegistry))
+	l.mustKubectl("wait", "--for=condition=Ready", "pod/from-host-registry", "--timeout=5m")
+	ip := l.mustKubectl("get", "pod", "from-host-registry", "-o", "jsonpath={.status.podIP}")
+	if got, err := hostGet("http://" + net.JoinHostPort(ip, "8080") + "/"); err != nil || got != token {
+		t.Errorf("the pod of %s/reach/app:v1 answered %q %v, want the pushed image's token", insecureRegistry, got, err)
+	}
+	l.mustKubectl("delete", "pod", "from-host-registry", "--wait=false")
+}
+
+func mustRef(t *testing.T, s string) name.Reference {
+	t.Helper()
+	r, err := name.ParseReference(s, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // checkUplinkGone checks, after down, that the host has nothing of the
