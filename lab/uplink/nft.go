@@ -28,8 +28,8 @@ const (
 )
 
 // addNAT makes our table in ns: masquerade for the lab's IPv4 sources
-// leaving by any link but the uplink, and accepts for the uplink's
-// forwarded traffic. A table of our own cannot override another's drop
+// leaving by any link but the uplink, forwarding out of the lab accepted
+// and into it only for answers. A table of our own cannot override another's drop
 // (Docker's FORWARD policy), so each other table's forward chains get
 // accepts too. It returns what the user should know.
 func addNAT(ns netns.NsHandle, sources []netip.Prefix) ([]string, error) {
@@ -45,9 +45,13 @@ func addNAT(ns netns.NsHandle, sources []netip.Prefix) ([]string, error) {
 	}
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	for _, key := range []expr.MetaKey{expr.MetaKeyIIFNAME, expr.MetaKeyOIFNAME} {
-		c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: acceptLink(key, HostLink)})
-	}
+	// Out of the lab, anything; into it, only answers: the host forwards
+	// for the lab, never for a LAN peer (or a container) routing the
+	// lab's addresses via the host. A drop here is final whatever other
+	// tables accept; the host's own traffic to the lab is not forwarded.
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: acceptLink(expr.MetaKeyIIFNAME, HostLink)})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: answersInto(HostLink)})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: dropInto(HostLink)})
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("nftables table inet %s: %w", Table, err)
 	}
@@ -203,6 +207,28 @@ func acceptLink(key expr.MetaKey, link string) []expr.Any {
 		&expr.Meta{Key: key, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(link)},
 		&expr.Verdict{Kind: expr.VerdictAccept},
+	}
+}
+
+// answersInto is `oifname link ct state established,related accept`.
+func answersInto(link string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(link)},
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}
+}
+
+// dropInto is `oifname link drop`.
+func dropInto(link string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(link)},
+		&expr.Verdict{Kind: expr.VerdictDrop},
 	}
 }
 

@@ -150,6 +150,7 @@ func newTestbed(t *testing.T) testbed {
 	addrs(t, b.internet, "eth0", "198.51.100.1/24")
 	addrs(t, b.internet, "lo", "203.0.113.80/32")
 	route(t, b.host, "0.0.0.0/0", "198.51.100.1")
+	route(t, b.internet, "10.244.0.0/16", "198.51.100.2") // a peer trying the host as a way in
 	serve(t, b.internet, "203.0.113.80:80", "who")
 
 	lab := handle(t, b.lab)
@@ -192,6 +193,11 @@ func (b testbed) reach(t *testing.T) {
 		if got, err := get(b.host, u); err != nil || got != "guest" {
 			t.Errorf("the host fetching %s: %q, %v; want guest", u, got, err)
 		}
+	}
+	// A LAN peer that routes the lab's addresses via the host gets no
+	// way in: the host forwards for the lab, never into it.
+	if got, err := get(b.internet, "http://10.244.1.5/"); err == nil {
+		t.Errorf("the internet, routing the lab via the host, fetched from a pod: %q", got)
 	}
 }
 
