@@ -48,8 +48,9 @@ type LogSource struct {
 }
 
 // LogSources lists the lab's components and their logs in start order:
-// the control plane, CoreDNS (full lab), the CCM, libvirt's daemons (full
-// lab; then each other host's CCM replica and libvirtd) or the simulator
+// the control plane, CoreDNS (full lab), the CCM, libvirt's daemons and
+// the image registry (full lab; then each other host's CCM replica and
+// libvirtd) or the simulator
 // (light lab), the API server forwarder, then each guest's console (full
 // lab).
 func LogSources(st *State) []LogSource {
@@ -68,7 +69,8 @@ func LogSources(st *State) []LogSource {
 	} else {
 		out = append(out,
 			LogSource{Component: "libvirtd", Path: filepath.Join(st.Dir, "libvirtd.log")},
-			LogSource{Component: "virtlogd", Path: filepath.Join(st.Dir, "virtlogd.log")})
+			LogSource{Component: "virtlogd", Path: filepath.Join(st.Dir, "virtlogd.log")},
+			LogSource{Component: registryPid, Path: registryLog(st.Dir)})
 		for _, h := range st.LabHosts()[1:] {
 			out = append(out, LogSource{Component: "ccm-" + h.Name, Path: ccmReplicaLog(st.Dir, h.Name)},
 				LogSource{Component: "libvirtd-" + h.Name, Path: hostLibvirtdLog(st.Dir, h.Name)})

@@ -22,7 +22,7 @@ func TestLogSources(t *testing.T) {
 		}
 		return out
 	}
-	if got, want := names(full), []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns", "ccm", "libvirtd", "virtlogd", "apiserver-forwarder", "lab-node-1", "lab-node-2"}; !slices.Equal(got, want) {
+	if got, want := names(full), []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns", "ccm", "libvirtd", "virtlogd", "registry", "apiserver-forwarder", "lab-node-1", "lab-node-2"}; !slices.Equal(got, want) {
 		t.Errorf("full lab components %q, want %q", got, want)
 	}
 	if got, want := names(light), []string{"etcd", "kube-apiserver", "kube-controller-manager", "ccm", "simulator", "apiserver-forwarder"}; !slices.Equal(got, want) {
