@@ -23,10 +23,10 @@ func Down(dir string, out io.Writer) error {
 		stopOtherHosts(st, out)
 		removeGuests(out)
 	}
-	// The forwarder, the light lab's simulator, the control plane and the
-	// CCM first, then libvirt's daemons and the lock holder.
+	// The forwarder, the light lab's simulator, the registry, the control
+	// plane and the CCM first, then libvirt's daemons and the lock holder.
 	for _, p := range []struct{ key, program string }{
-		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {CCMProcess, CCMProcess}, {dnsPid, "coredns"},
+		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {registryPid, "labcloud"}, {CCMProcess, CCMProcess}, {dnsPid, "coredns"},
 		{"kube-controller-manager", "kube-controller-manager"}, {"kube-scheduler", "kube-scheduler"},
 		{"kube-apiserver", "kube-apiserver"}, {"etcd", "etcd"}, {"libvirtd", "libvirtd"}, {"virtlogd", "virtlogd"},
 		{"lock-holder", "sleep"}, // flock --no-fork ... sleep infinity
