@@ -55,6 +55,7 @@ func TestInstallDepsPackages(t *testing.T) {
 		"curl", "wget", "netcat-openbsd", "iputils-ping", "ca-certificates", "bc", "procps",
 		"bind9-dnsutils", "nginx",
 		"mmdebstrap", "systemd-container", "frr",
+		"jq", "git", "sudo", "podman",
 	}
 	for _, name := range []string{"debian-12", "debian-13", "ubuntu-24.04"} {
 		d, err := DistroOf(osRelease(name))
