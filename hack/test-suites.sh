@@ -19,7 +19,7 @@ summary() {
   printf '  %-28s %5d s\n' total $((SECONDS - start))
   echo "packages: $(grep -c '^ok' "$out") passed, $(grep -c '^FAIL	' "$out") failed"
 }
-run "go test ./..." bash -c 'go test -count=1 -timeout 80m ./... 2>&1 | tee "$1"' _ "$out" || failed=1
+run "go test ./..." bash -o pipefail -c 'go test -count=1 -timeout 80m ./... 2>&1 | tee "$1"' _ "$out" || failed=1
 [ $failed = 0 ] && { run hack/ci-e2e.sh hack/ci-e2e.sh || failed=1; }
 [ $failed = 0 ] && { run "make fuzz" make --no-print-directory fuzz || failed=1; }
 summary
