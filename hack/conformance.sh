@@ -6,6 +6,8 @@
 #   loadbalancer-ipv6  the same on an ipv6 lab
 #   dualstack          the [Feature:IPv6DualStack] tests on a dual lab
 #   sig-network        the [sig-network] [Conformance] tests on an ipv4 lab
+#   moved              TestLabMoved: up --subnet and --pod-cidr on a host that
+#                      routes the defaults (test/labe2e)
 #   action-cold        the GitHub Action's first run, its cache empty (every
 #                      tool built as the runner's user), then one with the
 #                      cache it saved (test/action; make test runs only the
@@ -16,19 +18,26 @@
 set -uo pipefail
 lc=${BIN:-bin}/labcloud
 dir=${CONFORMANCE_DIR:-labcloud-e2e}
-runs=${CONFORMANCE_RUNS:-loadbalancer-ipv4 loadbalancer-ipv6 dualstack sig-network action-cold}
+runs=${CONFORMANCE_RUNS:-loadbalancer-ipv4 loadbalancer-ipv6 dualstack sig-network moved action-cold}
 # Shell words, so that a quoted --focus keeps its spaces.
 eval "extra=(${CONFORMANCE_ARGS:-})"
 
 failed=()
 for run in $runs; do
-  if [ "$run" = action-cold ]; then
-    echo "== $run: test/action with LABCLOUD_ACTION_COLD=1"
-    mkdir -p "$dir/$run"
-    LABCLOUD_ACTION_COLD=1 go test -count=1 -timeout 90m -v -run '^TestActionAsUsersCallIt$' ./test/action/ >"$dir/$run/test.log" 2>&1 || failed+=("$run")
-    grep '^action:' "$dir/$run/test.log"
-    continue
-  fi
+  case $run in
+    moved | action-cold)
+      mkdir -p "$dir/$run"
+      if [ "$run" = moved ]; then
+        echo "== $run: TestLabMoved (test/labe2e)"
+        LABCLOUD_LAB_MOVED=1 go test -count=1 -timeout 30m -v -run '^TestLabMoved$' ./test/labe2e/ >"$dir/$run/test.log" 2>&1 || failed+=("$run")
+      else
+        echo "== $run: test/action with LABCLOUD_ACTION_COLD=1"
+        LABCLOUD_ACTION_COLD=1 go test -count=1 -timeout 90m -v -run '^TestActionAsUsersCallIt$' ./test/action/ >"$dir/$run/test.log" 2>&1 || failed+=("$run")
+        grep '^action:' "$dir/$run/test.log"
+      fi
+      continue
+      ;;
+  esac
   case $run in
     loadbalancer-ipv4) family=ipv4 args=() ;;
     loadbalancer-ipv6) family=ipv6 args=() ;;

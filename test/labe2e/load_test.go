@@ -42,10 +42,15 @@ func checkLoad(t *testing.T, l *labcloud) {
 	}
 
 	nodes := l.status().Nodes
-	runOn := func(node, policy string) {
-		pod := fmt.Sprintf("load-%s-%s", strings.ToLower(policy), node)
-		_, _ = l.kubectl(time.Minute, "delete", "pod", pod, "--ignore-not-found", "--wait")
-		l.apply(fmt.Sprintf(`apiVersion: v1
+	// runOn starts a pod of the image on each node with each policy, all
+	// at once, and waits until every one answers with the token.
+	runOn := func(nodes []string, policies ...string) {
+		var pods []string
+		for _, node := range nodes {
+			for _, policy := range policies {
+				pod := fmt.Sprintf("load-%s-%s", strings.ToLower(policy), node)
+				_, _ = l.kubectl(time.Minute, "delete", "pod", pod, "--ignore-not-found", "--wait")
+				l.apply(fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s, labels: {app: load}}
 spec:
@@ -58,25 +63,30 @@ spec:
     ports: [{containerPort: 8080}]
     readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
 `, pod, node, ref, policy))
-		l.mustKubectl("wait", "--for=condition=Ready", "pod/"+pod, "--timeout=5m")
-		ip := l.mustKubectl("get", "pod", pod, "-o", "jsonpath={.status.podIP}")
-		eventually(t, pod+" answers with the loaded image's token", time.Minute, time.Second, func() string {
-			got, err := l.curl("http://" + hostPort(ip, "8080") + "/")
-			if err != nil || got != token {
-				return fmt.Sprintf("got %q %v, want %q", got, err, token)
+				pods = append(pods, pod)
 			}
-			return ""
-		})
-	}
-	for _, n := range nodes {
-		for _, policy := range []string{"Always", "IfNotPresent"} {
-			runOn(n.Name, policy)
+		}
+		for _, pod := range pods {
+			l.mustKubectl("wait", "--for=condition=Ready", "pod/"+pod, "--timeout=5m")
+			ip := l.mustKubectl("get", "pod", pod, "-o", "jsonpath={.status.podIP}")
+			eventually(t, pod+" answers with the loaded image's token", time.Minute, time.Second, func() string {
+				got, err := l.curl("http://" + hostPort(ip, "8080") + "/")
+				if err != nil || got != token {
+					return fmt.Sprintf("got %q %v, want %q", got, err, token)
+				}
+				return ""
+			})
 		}
 	}
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	runOn(names, "Always", "IfNotPresent")
 
 	// A node restarted later (its root a fresh tmpfs, no image) pulls the
 	// loaded image again from the lab's registry.
-	node := nodes[len(nodes)-1].Name
+	node := names[len(names)-1]
 	bootID := l.mustKubectl("get", "node", node, "-o", "jsonpath={.status.nodeInfo.bootID}")
 	l.must(5*time.Minute, "node", "stop", node)
 	l.must(5*time.Minute, "node", "start", node)
@@ -87,9 +97,7 @@ spec:
 		}
 		return ""
 	})
-	for _, policy := range []string{"IfNotPresent", "Always"} {
-		runOn(node, policy)
-	}
+	runOn([]string{node}, "IfNotPresent", "Always")
 	l.mustKubectl("delete", "pod", "-l", "app=load", "--wait=false")
 }
 
