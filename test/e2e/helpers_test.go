@@ -107,11 +107,13 @@ func destroyAllDomains(c *libvirt.Connect) {
 }
 
 // waitLease waits until the network's DHCP server leased an IPv4 address
-// to mac (the network leases IPv6 addresses too).
+// to mac (the network leases IPv6 addresses too). Three TCG guests
+// booting on a 2-core host beside other packages' tests (go test ./...)
+// took more than 90 s to their leases once.
 func waitLease(t testing.TB, mac string) string {
 	t.Helper()
 	var ip string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		n, err := env.virt.LookupNetworkByName(env.network)
 		if err != nil {
 			return false, err
