@@ -56,19 +56,29 @@ func ArgContains(args []string, s string) bool {
 	return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s) })
 }
 
-// Stop sends SIGTERM (and SIGCONT), then SIGKILL after 10 s.
+// Stop sends SIGTERM (and SIGCONT), then SIGKILL after 10 s, and returns
+// once the process has ended (or 5 s after SIGKILL: one stuck in the
+// kernel may never end).
 func Stop(pid int) {
 	if syscall.Kill(pid, syscall.SIGTERM) != nil {
 		return
 	}
 	_ = syscall.Kill(pid, syscall.SIGCONT) // a frozen process handles it too, as systemd does
-	for i := 0; i < 100; i++ {
-		if syscall.Kill(pid, 0) != nil || zombie(pid) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if waitEnded(pid, 10*time.Second) {
+		return
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
+	waitEnded(pid, 5*time.Second)
+}
+
+// waitEnded waits until pid has ended or is a zombie, at most timeout.
+func waitEnded(pid int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil || zombie(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // KillAndWait sends sig to pid and waits until it has ended (SIGKILL

@@ -24,6 +24,7 @@ import (
 	"libvirt.org/go/libvirt"
 
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/host"
 )
 
 // Socket is libvirtd's read-write socket.
@@ -192,6 +193,9 @@ func (d *Daemon) start(ctx context.Context) error {
 			return fmt.Errorf("%s not installed (apt-get install libvirt-daemon libvirt-daemon-driver-qemu): %w", bin, err)
 		}
 	}
+	// A libvirtd that was just stopped may still hold its drivers' pid
+	// files; a new one started beside it exits at once.
+	waitExited("libvirtd", 20*time.Second)
 	// Stale sockets and pid files from a daemon that was killed.
 	for _, f := range []string{"/run/libvirtd.pid", "/run/virtlogd.pid", Socket, "/run/libvirt/libvirt-sock-ro", "/run/libvirt/libvirt-admin-sock", "/run/libvirt/virtlogd-sock", "/run/libvirt/virtlogd-admin-sock"} {
 		_ = os.Remove(f)
@@ -207,13 +211,23 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err := d.waitRunning(ctx); err != nil {
 		tail := d.libvirtd.Tail(10)
 		d.Stop()
-		return fmt.Errorf("libvirtd did not start; last log lines:\n%s", tail)
+		return fmt.Errorf("libvirtd did not start (%w); last log lines:\n%s", err, tail)
 	}
 	if err := d.readPid(); err != nil {
 		d.Stop()
 		return err
 	}
 	return nil
+}
+
+// waitExited waits until no process runs program, at most timeout.
+func waitExited(program string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && len(host.Processes(func(args []string) bool {
+		return len(args) > 0 && filepath.Base(args[0]) == program
+	})) > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // waitRunning waits up to 30 s until libvirtd answers on Socket; it fails
@@ -224,7 +238,8 @@ func (d *Daemon) waitRunning(ctx context.Context) error {
 			return true, nil
 		}
 		if d.libvirtd.Exited() {
-			return false, errors.New("libvirtd exited")
+			// tini's code: libvirtd's, or 128+signal when a signal ended it.
+			return false, fmt.Errorf("libvirtd exited with code %d", d.libvirtd.Wait())
 		}
 		return false, nil
 	})

@@ -97,11 +97,30 @@ func newLabcloud(t *testing.T) *labcloud {
 	}
 	l := &labcloud{t: t, bin: filepath.Join(bin, "labcloud"), dir: filepath.Join(t.TempDir(), "lab")}
 	t.Cleanup(func() {
+		if t.Failed() {
+			l.logCluster()
+		}
 		if out, err := l.run(5*time.Minute, "down"); err != nil {
 			t.Errorf("labcloud down: %v\n%s", err, out)
 		}
 	})
 	return l
+}
+
+// logCluster logs what a failed test's reader asks first: where every pod
+// is and why, and the cluster's latest events.
+func (l *labcloud) logCluster() {
+	for _, args := range [][]string{
+		{"get", "nodes,pods", "-A", "-o", "wide"},
+		{"describe", "pods", "-A", "--field-selector=status.phase!=Running"},
+		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+	} {
+		out, err := l.kubectl(time.Minute, args...)
+		if lines := strings.Split(out, "\n"); len(lines) > 80 {
+			out = strings.Join(lines[len(lines)-80:], "\n")
+		}
+		l.t.Logf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 }
 
 // downTwiceLeavesNothing runs labcloud down twice and checks that the
