@@ -7,6 +7,7 @@
 #   cluster DNS    coredns (the plugins the lab uses, hack/dnstools)
 #   conformance    e2e.test (Kubernetes' own e2e suite) and ginkgo (its parallel runner),
 #                  left out with LABCLOUD_E2E=false (a CI job that never runs them)
+#   the guide      kubeadm, with LABCLOUD_KUBEADM=true (make guide's kubeadm guests)
 # Only missing binaries are built, so a warm cache makes this a no-op, and a
 # later run that wants e2e.test builds only it and ginkgo into the same directory.
 # Prints the directory holding the binaries on its last line.
@@ -43,6 +44,15 @@ fi
 if [ ! -x "$out/etcd" ]; then
   echo "building etcd $etcd" >&2
   (cd "$here/tools" && go build -ldflags='-s -w' -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 && mv "$out/etcd.tmp" "$out/etcd")
+fi
+kubeadm=${LABCLOUD_KUBEADM:-false}
+if [ "$kubeadm" != true ] && [ "$kubeadm" != false ]; then
+  echo "build-tools: LABCLOUD_KUBEADM=$kubeadm: want true or false" >&2
+  exit 2
+fi
+if [ "$kubeadm" = true ] && [ ! -x "$out/kubeadm" ]; then
+  echo "building kubeadm $k8s (cold: ~1 minute after the others)" >&2
+  (cd "$here/tools" && go build -ldflags="-s -w $kver" -o "$out/kubeadm.tmp" k8s.io/kubernetes/cmd/kubeadm && mv "$out/kubeadm.tmp" "$out/kubeadm")
 fi
 e2e=${LABCLOUD_E2E:-true}
 if [ "$e2e" != true ] && [ "$e2e" != false ]; then
