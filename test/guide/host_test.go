@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ const stockNetwork = "/usr/share/libvirt/networks/default.xml"
 
 func newKVMHost(t *testing.T) *kvmHost {
 	t.Helper()
+	sweepKilledRuns()
 	h := &kvmHost{t: t, ns: fmt.Sprintf("lcguide-%d", os.Getpid()), dir: t.TempDir()}
 	if out, err := exec.Command("ip", "netns", "add", h.ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", h.ns, err, out)
@@ -202,5 +204,61 @@ func (h *kvmHost) waitSSH(ctx context.Context, img guestImage, ip string) error 
 			return errors.Join(fmt.Errorf("ssh root@%s: %w", ip, ctx.Err()), last)
 		case <-time.After(2 * time.Second):
 		}
+	}
+}
+
+// logConsoles logs the end of every guest's serial console.
+func (h *kvmHost) logConsoles() {
+	consoles, _ := filepath.Glob(filepath.Join(h.dir, "*.console"))
+	for _, c := range consoles {
+		b, _ := os.ReadFile(c)
+		h.t.Logf("%s:\n%s", filepath.Base(c), tail(string(b), 30))
+	}
+}
+
+// lanGet fetches u from a LAN client: a namespace of its own, plugged
+// into the host's bridge with an address outside DHCP's range and the pool.
+func (h *kvmHost) lanGet(ctx context.Context, u string) (string, error) {
+	client := h.ns + "-lan"
+	if _, err := os.Stat("/run/netns/" + client); err != nil {
+		port := fmt.Sprintf("lcgl%d", os.Getpid()%100000)
+		for _, args := range [][]string{
+			{"netns", "add", client},
+			{"link", "add", port, "type", "veth", "peer", "name", "lan0", "netns", client},
+			{"link", "set", port, "netns", h.ns},
+			{"-n", h.ns, "link", "set", port, "master", "virbr0", "up"},
+			{"-n", client, "addr", "add", "192.168.122.198/24", "dev", "lan0"},
+			{"-n", client, "link", "set", "lan0", "up"},
+		} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				return "", fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+			}
+		}
+		h.t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", client).Run() })
+	}
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", client, "curl", "-sS", "-m", "5", "--retry", "5", "--retry-all-errors", u).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// sweepKilledRuns removes what a killed run left: the namespaces named
+// after a process that has ended, what runs in them (QEMU, libvirtd,
+// dnsmasq) and their libvirtd's directories.
+func sweepKilledRuns() {
+	names, _ := filepath.Glob("/run/netns/lcguide-*")
+	for _, p := range names {
+		ns := filepath.Base(p)
+		pid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(ns, "lcguide-"), "-lan"))
+		if err != nil || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		if pids, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
+			for _, f := range strings.Fields(string(pids)) {
+				if p, err := strconv.Atoi(f); err == nil {
+					host.Stop(p)
+				}
+			}
+		}
+		_ = exec.Command("ip", "netns", "del", ns).Run()
+		_ = os.RemoveAll(filepath.Join("/run", ns))
 	}
 }

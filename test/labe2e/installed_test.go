@@ -88,7 +88,7 @@ func checkInstalled(t *testing.T, l *labcloud, vip string, pods map[string]strin
 	run("dpkg", "-i", "/mnt/deb/"+filepath.Base(deb))
 	// The kubeconfig as docs/install-kubeadm.md makes it, with the lab's
 	// admin kubeconfig and kubectl.
-	script := docsBlock(t, "## 4. RBAC and a kubeconfig")
+	script := docsBlock(t, "## 5. RBAC and a kubeconfig")
 	run("env", "PATH=/mnt/tools:/usr/sbin:/usr/bin:/sbin:/bin", "KUBECONFIG=/mnt/lab/"+filepath.Base(st.Kubeconfig), "bash", "-euo", "pipefail", "-c", script)
 	if err := m.CopyIn(filepath.Join(st.Dir, "cloud-config.yaml"), "/etc/libvirt-cloud-controller-manager/cloud-config.yaml"); err != nil {
 		t.Fatal(err)
