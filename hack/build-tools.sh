@@ -4,7 +4,7 @@
 #   control plane  kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
 #   lab nodes      kubelet kube-proxy agnhost pause containerd containerd-shim-runc-v2 ctr
 #                  and the CNI plugins bridge host-local loopback portmap (in cni/)
-#   cluster DNS    coredns (the plugins the lab uses, hack/dnstools)
+#   cluster DNS    coredns (the plugins the lab's and kubeadm's Corefiles use, hack/dnstools)
 #   conformance    e2e.test (Kubernetes' own e2e suite) and ginkgo (its parallel runner),
 #                  left out with LABCLOUD_E2E=false (a CI job that never runs them)
 #   the guide      kubeadm, with LABCLOUD_KUBEADM=true (make guide's kubeadm guests)

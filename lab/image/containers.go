@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -30,7 +31,20 @@ const (
 	NginxImage           = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
 )
 
-// imagesVersion changes whenever an image recipe changes (part of the disk key).
+// The images kubeadm 1.36.3 runs besides pause (`kubeadm config images
+// list`), for guests that run `kubeadm init` and `join` with nothing to
+// pull: KubeadmImages, WriteImages.
+const (
+	KubeAPIServerImage         = "registry.k8s.io/kube-apiserver:v1.36.3"
+	KubeControllerManagerImage = "registry.k8s.io/kube-controller-manager:v1.36.3"
+	KubeSchedulerImage         = "registry.k8s.io/kube-scheduler:v1.36.3"
+	KubeProxyImage             = "registry.k8s.io/kube-proxy:v1.36.3"
+	CoreDNSImage               = "registry.k8s.io/coredns/coredns:v1.14.2"
+	EtcdImage                  = "registry.k8s.io/etcd:3.6.8-0"
+)
+
+// imagesVersion changes whenever a recipe of the node disk's images
+// (containerImages) changes: it is part of the disk key.
 const imagesVersion = "pause+agnhost+glibc-dns-testing+nginx/7"
 
 // containerImage is one image of the node disk: its archive's file name,
@@ -62,16 +76,19 @@ var containerImages = []containerImage{
 
 // layerRecipe is what an image layer holds.
 type layerRecipe struct {
-	tools    []string          // static programs hack/build-tools.sh builds, at /
+	tools    map[string]string // path in the image: static program hack/build-tools.sh builds
 	toolData []string          // files hack/build-tools.sh copies, at / by their base name
 	busybox  bool              // Debian's static busybox with its applets
 	programs map[string]string // path in the image: host program, with its shared libraries
-	links    map[string]string // path: target
-	files    map[string]string // path: content
-	dirs     map[string]int64  // path: mode
+	// Host directories of shared objects programs load at run time (ldd
+	// does not name them), at their host paths, with their libraries.
+	pluginDirs []string
+	links      map[string]string // path: target
+	files      map[string]string // path: content
+	dirs       map[string]int64  // path: mode
 }
 
-var pauseRecipe = layerRecipe{tools: []string{"pause"}}
+var pauseRecipe = layerRecipe{tools: map[string]string{"pause": "pause"}}
 
 // agnhostRecipe: agnhost, busybox with its applets, and host programs the
 // e2e tests exec inside agnhost besides busybox's applets (seq, ...). GNU
@@ -83,7 +100,7 @@ var pauseRecipe = layerRecipe{tools: []string{"pause"}}
 // agnhost has bind-tools) and getent, which reads the kubelet's /etc/hosts
 // through glibc.
 var agnhostRecipe = layerRecipe{
-	tools: []string{"agnhost"},
+	tools: map[string]string{"agnhost": "agnhost"},
 	// porter's TLS pair, read from its working directory.
 	toolData: []string{"porter/localhost.crt", "porter/localhost.key"},
 	busybox:  true,
@@ -127,35 +144,72 @@ func withEtc(files map[string]string) map[string]string {
 	return files
 }
 
-// writeImages writes one docker-archive tarball per image into dir, the
-// format `ctr images import` reads; images that share a recipe share its
-// layer, byte for byte.
+// writeImages writes the node disk's images into dir.
 func writeImages(dir string, opts DiskOptions) error {
+	refs := make([]string, len(containerImages))
+	for i, im := range containerImages {
+		refs[i] = im.ref
+	}
+	_, err := WriteImages(dir, opts, refs...)
+	return err
+}
+
+// WriteImages writes a docker-archive tarball of each image refs names
+// into dir, the format `ctr images import` reads, and returns their paths
+// in the same order. The images are the node disk's (PauseImage, ...) and
+// kubeadm's (KubeadmImages); their programs come from opts.Tools and
+// opts.Busybox. Images that share a recipe share its layer, byte for byte.
+func WriteImages(dir string, opts DiskOptions, refs ...string) ([]string, error) {
+	images := make([]containerImage, len(refs))
+	uses := map[*layerRecipe]int{} // a layer is held while an image to come needs it
+	for i, ref := range refs {
+		im, ok := knownImage(ref)
+		if !ok {
+			return nil, fmt.Errorf("image %s: the lab builds no such image", ref)
+		}
+		images[i] = im
+		uses[im.layer]++
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	layers := map[*layerRecipe][]byte{}
-	for _, im := range containerImages {
+	paths := make([]string, len(refs))
+	for i, im := range images {
 		if layers[im.layer] == nil {
 			l, err := im.layer.build(opts)
 			if err != nil {
-				return fmt.Errorf("image %s: %w", im.ref, err)
+				return nil, fmt.Errorf("image %s: %w", im.ref, err)
 			}
 			layers[im.layer] = l
 		}
 		img, err := singleLayerImage(layers[im.layer], im.cfg)
 		if err != nil {
-			return fmt.Errorf("image %s: %w", im.ref, err)
+			return nil, fmt.Errorf("image %s: %w", im.ref, err)
 		}
-		ref, err := name.NewTag(im.ref)
+		tag, err := name.NewTag(im.ref)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := tarball.WriteToFile(filepath.Join(dir, im.file), ref, img); err != nil {
-			return fmt.Errorf("write image %s: %w", im.ref, err)
+		paths[i] = filepath.Join(dir, im.file)
+		if err := tarball.WriteToFile(paths[i], tag, img); err != nil {
+			return nil, fmt.Errorf("write image %s: %w", im.ref, err)
+		}
+		if uses[im.layer]--; uses[im.layer] == 0 {
+			delete(layers, im.layer)
 		}
 	}
-	return nil
+	return paths, nil
+}
+
+// knownImage is the image ref names, of the node disk's or kubeadm's.
+func knownImage(ref string) (containerImage, bool) {
+	for _, im := range slices.Concat(containerImages, kubeadmImages) {
+		if im.ref == ref {
+			return im, true
+		}
+	}
+	return containerImage{}, false
 }
 
 // singleLayerImage is a linux/amd64 image of one layer (an uncompressed tar).
@@ -182,16 +236,18 @@ func singleLayerImage(layerTar []byte, cfg v1.Config) (v1.Image, error) {
 }
 
 // build lays out the recipe's layer: static tools from opts.Tools (pause,
-// agnhost: hack/build-tools.sh builds them), busybox's applets but those a
-// program or link replaces, host programs with the libraries ldd names.
+// agnhost, kube-apiserver...: hack/build-tools.sh builds them), busybox's
+// applets but those a program or link replaces, host programs and plugins
+// with the libraries ldd names.
 func (r *layerRecipe) build(opts DiskOptions) ([]byte, error) {
 	l := layerTree{}
-	for _, t := range r.tools {
-		p := filepath.Join(opts.Tools, t)
-		if err := checkStatic(p, t); err != nil {
+	for _, p := range sortedKeys(r.tools) {
+		t := r.tools[p]
+		src := filepath.Join(opts.Tools, t)
+		if err := checkStatic(src, t); err != nil {
 			return nil, fmt.Errorf("%w (run hack/build-tools.sh)", err)
 		}
-		if err := l.hostFile(t, p, 0o755); err != nil {
+		if err := l.hostFile(clean(p), src, 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -206,16 +262,17 @@ func (r *layerRecipe) build(opts DiskOptions) ([]byte, error) {
 		}
 	}
 	for _, p := range sortedKeys(r.programs) {
-		prog := r.programs[p]
-		if err := l.hostFile(clean(p), prog, 0o755); err != nil {
-			return nil, fmt.Errorf("%w (run hack/install-deps.sh)", err)
-		}
-		libs, err := sharedLibraries(context.Background(), prog)
-		if err != nil {
+		if err := l.withLibraries(p, r.programs[p]); err != nil {
 			return nil, err
 		}
-		for _, lib := range libs {
-			if err := l.hostFile(clean(lib), lib, 0o755); err != nil {
+	}
+	for _, d := range r.pluginDirs {
+		plugins, err := filepath.Glob(filepath.Join(d, "*.so"))
+		if err != nil || len(plugins) == 0 {
+			return nil, fmt.Errorf("no plugins in %s (run hack/install-deps.sh)", d)
+		}
+		for _, p := range plugins {
+			if err := l.withLibraries(p, p); err != nil {
 				return nil, err
 			}
 		}
@@ -230,6 +287,24 @@ func (r *layerRecipe) build(opts DiskOptions) ([]byte, error) {
 		l.dir(p, mode)
 	}
 	return l.tar()
+}
+
+// withLibraries adds the host program (or shared object) prog at p, and
+// the libraries ldd says it loads at their host paths.
+func (l layerTree) withLibraries(p, prog string) error {
+	if err := l.hostFile(clean(p), prog, 0o755); err != nil {
+		return fmt.Errorf("%w (run hack/install-deps.sh)", err)
+	}
+	libs, err := sharedLibraries(context.Background(), prog)
+	if err != nil {
+		return err
+	}
+	for _, lib := range libs {
+		if err := l.hostFile(clean(lib), lib, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // replaced are the command names the recipe's programs and links take

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -237,42 +238,15 @@ func TestDNSProbesRunInImages(t *testing.T) {
 func TestNginxServesOnPort80(t *testing.T) {
 	root := unpackedImage(t, NginxImage)
 	im := imageByRef(t, NginxImage)
-	cmd := inImage(root, im.cfg.Cmd...)
-	cmd.Args = slices.Insert(cmd.Args, 1, "--net")
-	cmd.Env = im.cfg.Env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	// stop ends nginx (its master quits on SIGTERM, and its workers with
-	// it); its output is whole once it has.
-	stop := func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	}
-	defer stop()
+	p := startInImage(t, root, im.cfg.Env, im.cfg.Cmd...)
+	defer p.stop()
 
-	// The host's curl in nginx's namespace (unshare's own, which its child
-	// shares), with the namespace's loopback up.
-	get := []string{fmt.Sprintf("--net=/proc/%d/ns/net", cmd.Process.Pid), "sh", "-c",
-		"ip link set lo up && curl -s -i --max-time 2 http://127.0.0.1:80/"}
 	var body string
 	for start := time.Now(); body == "" && time.Since(start) < 10*time.Second; {
-		select {
-		case <-done:
-			t.Fatalf("nginx exited: %s", out.String())
-		case <-time.After(100 * time.Millisecond):
+		if p.exited(100 * time.Millisecond) {
+			t.Fatalf("nginx exited: %s", p.out.String())
 		}
-		resp, err := exec.Command("nsenter", get...).Output()
+		resp, err := p.inNetns("curl -s -i --max-time 2 http://127.0.0.1:80/")
 		head, content, ok := strings.Cut(string(resp), "\r\n\r\n")
 		if err != nil || !ok {
 			continue
@@ -283,13 +257,85 @@ func TestNginxServesOnPort80(t *testing.T) {
 		}
 		body = strings.Join(status[1:], " ") + "\n" + content
 	}
-	stop()
+	p.stop()
 	if !strings.HasPrefix(body, "200 OK\n") || !strings.Contains(body, "Welcome to nginx!") {
-		t.Errorf("GET / from nginx: %q; its output: %s", body, out.String())
+		t.Errorf("GET / from nginx: %q; its output: %s", body, p.out.String())
 	}
-	if !strings.Contains(out.String(), `"GET / HTTP/1.1" 200`) {
-		t.Errorf("nginx's output lacks the request (access log to stdout): %s", out.String())
+	if !strings.Contains(p.out.String(), `"GET / HTTP/1.1" 200`) {
+		t.Errorf("nginx's output lacks the request (access log to stdout): %s", p.out.String())
 	}
+}
+
+// imageProcess is a program running chrooted in an unpacked image, in a
+// network namespace of its own.
+type imageProcess struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer // its standard output and error
+	done chan struct{}
+}
+
+// startInImage starts argv in root (inImage) with env, in a network
+// namespace of its own; stop ends it.
+func startInImage(t *testing.T, root string, env []string, argv ...string) *imageProcess {
+	t.Helper()
+	cmd := inImage(root, argv...)
+	cmd.Args = slices.Insert(cmd.Args, 1, "--net")
+	cmd.Env = env
+	p := &imageProcess{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p
+}
+
+// exited waits up to d for the program to exit and says whether it has.
+func (p *imageProcess) exited(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// stop ends the program with SIGTERM (its output is whole once it has),
+// SIGKILL after 10 seconds.
+func (p *imageProcess) stop() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	if !p.exited(10 * time.Second) {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// inNetns runs a host shell script in the program's network namespace
+// (unshare's own, which its child shares), with the namespace's loopback
+// up, and returns its standard output.
+func (p *imageProcess) inNetns(script string) ([]byte, error) {
+	return exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", p.cmd.Process.Pid),
+		"sh", "-c", "ip link set lo up && "+script).Output()
+}
+
+// syncBuffer is a bytes.Buffer a running program writes while the test
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 type dnsRecord struct {
@@ -386,6 +432,13 @@ func unpackedImage(t *testing.T, ref string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return unpackLayer(t, layer)
+}
+
+// unpackLayer unpacks a layer in a directory, with /proc and /dev to
+// mount for inImage.
+func unpackLayer(t *testing.T, layer []byte) string {
+	t.Helper()
 	root := t.TempDir()
 	if err := untar(layer, root); err != nil {
 		t.Fatal(err)
@@ -409,13 +462,11 @@ func inImage(root string, argv ...string) *exec.Cmd {
 }
 
 func imageByRef(t *testing.T, ref string) containerImage {
-	for _, im := range containerImages {
-		if im.ref == ref {
-			return im
-		}
+	im, ok := knownImage(ref)
+	if !ok {
+		t.Fatalf("no image %s", ref)
 	}
-	t.Fatalf("no image %s", ref)
-	return containerImage{}
+	return im
 }
 
 // fakeTools is a tools directory where static busybox stands in for pause

@@ -237,13 +237,22 @@ func addHostPrograms(ctx context.Context, files map[string]diskFile, progs []str
 			files[usrPath(l)] = diskFile{src: real, mode: 0o755}
 		}
 	}
-	// kube-proxy runs "iptables", "iptables-save", "iptables-restore" (and
-	// the ip6tables ones); the nft backend, as on Debian 12.
-	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
-		files["usr/sbin/"+n] = diskFile{link: "xtables-nft-multi"}
-		files["usr/sbin/"+strings.Replace(n, "tables", "tables-legacy", 1)] = diskFile{link: "xtables-legacy-multi"}
+	for p, target := range xtablesLinks() {
+		files[p] = diskFile{link: target}
 	}
 	return nil
+}
+
+// xtablesLinks are the command names kube-proxy runs, "iptables",
+// "iptables-save", "iptables-restore" and the ip6tables ones, with the nft
+// backend, as on Debian 12; and their -legacy names.
+func xtablesLinks() map[string]string {
+	links := map[string]string{}
+	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		links["usr/sbin/"+n] = "xtables-nft-multi"
+		links["usr/sbin/"+strings.Replace(n, "tables", "tables-legacy", 1)] = "xtables-legacy-multi"
+	}
+	return links
 }
 
 // usrPath maps a host path onto the disk's merged /usr.
