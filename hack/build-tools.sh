@@ -38,7 +38,7 @@ mapfile -t todo < <(missing k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernet
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet \
   k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/test/images/agnhost)
 if [ ${#todo[@]} -gt 0 ]; then
-  echo "building ${todo[*]##*/} $k8s into $out (cold: ~15 minutes on 2 cores)" >&2
+  echo "building ${todo[*]##*/} $k8s into $out (cold, on 2 cores: most of the ~10.5 minutes every tool takes, docs/performance.md)" >&2
   (cd "$here/tools" && go build -ldflags="-s -w $kver" -o "$out/" "${todo[@]}")
 fi
 if [ ! -x "$out/etcd" ]; then

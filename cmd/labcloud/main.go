@@ -239,7 +239,7 @@ func upCmd(dir *string) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&opts.Nodes, "nodes", opts.Nodes, fmt.Sprintf("number of nodes: guest VMs (1-%d), or simulated nodes with --light (1-%d)", lab.MaxNodes, lab.MaxLightNodes))
-	f.IntVar(&opts.Hosts, "hosts", 1, fmt.Sprintf("number of hypervisor hosts (1-%d): each a namespace with its own libvirtd, bridge and CCM replica, the bridges on one LAN with the FRR router; guests spread round robin (full lab, IPv4)", lab.MaxHosts))
+	f.IntVar(&opts.Hosts, "hosts", 1, fmt.Sprintf("number of hypervisor hosts (1-%d): each a namespace with its own libvirtd, bridge and CCM replica, the bridges on one LAN with the FRR router; guests spread round robin (full lab, not with --cloud-config)", lab.MaxHosts))
 	f.BoolVar(&opts.Routed, "routed", false, "with --hosts: each host on a segment of its own, routed by the router, VIPs announced over BGP (IPv4)")
 	f.BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
 	f.StringVar(&failureLogs, "logs-on-failure", "", "where a failed up writes its logs export (default: a new directory labcloud-up-failed-* under $TMPDIR or /tmp)")
