@@ -6,7 +6,7 @@ GOTEST ?= go test -count=1
 CHAOS_DURATION ?= 5m
 CHAOS_SEED ?= 42
 
-.PHONY: all build deb deps tools modules test unit e2e lint lab down bench chaos-soak conformance fuzz
+.PHONY: all build deb deps tools modules test unit e2e lint lab down bench chaos-soak conformance fuzz guide
 
 all: build
 
@@ -109,6 +109,13 @@ bench: tools modules
 chaos-soak: tools modules
 	LABCLOUD_TOOLS=$$(hack/build-tools.sh | tail -1) LABCLOUD_CHAOS_DURATION=$(CHAOS_DURATION) LABCLOUD_CHAOS_SEED=$(CHAOS_SEED) \
 		$(GOTEST) -v -timeout 60m -run '^TestChaosSoak$$' ./test/labe2e/
+
+# docs/install-kubeadm.md run as written (test/guide): every sh block in
+# order on a KVM host set up as Debian sets one up, with three Debian guests
+# running kubeadm v1.36.3 (TCG here: about 20-30 minutes), then the checks
+# from outside. Root. make conformance runs it too.
+guide: deps modules
+	LABCLOUD_GUIDE=1 $(GOTEST) -v -timeout 80m -run '^TestGuide$$' ./test/guide/
 
 # Kubernetes' own e2e tests on fresh three-node labs (hack/conformance.sh):
 # the LoadBalancer focus on ipv4 and ipv6, the dual-stack tests and the

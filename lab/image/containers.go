@@ -144,14 +144,13 @@ func withEtc(files map[string]string) map[string]string {
 	return files
 }
 
-// writeImages writes the node disk's images into dir.
-func writeImages(dir string, opts DiskOptions) error {
+// nodeImageRefs are the node disk's images.
+func nodeImageRefs() []string {
 	refs := make([]string, len(containerImages))
 	for i, im := range containerImages {
 		refs[i] = im.ref
 	}
-	_, err := WriteImages(dir, opts, refs...)
-	return err
+	return refs
 }
 
 // WriteImages writes a docker-archive tarball of each image refs names

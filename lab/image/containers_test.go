@@ -33,7 +33,7 @@ import (
 // shares with agnhost.
 func TestImagesUnderUpstreamNames(t *testing.T) {
 	dir := t.TempDir()
-	if err := writeImages(dir, DiskOptions{Tools: fakeTools(t)}); err != nil {
+	if _, err := WriteImages(dir, DiskOptions{Tools: fakeTools(t)}, nodeImageRefs()...); err != nil {
 		t.Fatal(err)
 	}
 	dnsProbe := []string{"bin/sh", "usr/bin/dig", "usr/bin/getent", "usr/bin/seq", "bin/sleep"}

@@ -113,10 +113,12 @@ func BuildRootDisk(ctx context.Context, opts DiskOptions) (Disk, error) {
 		return Disk{}, err
 	}
 	defer os.RemoveAll(images)
-	if err := writeImages(images, opts); err != nil {
+	refs := nodeImageRefs()
+	tars, err := WriteImages(images, opts, refs...)
+	if err != nil {
 		return Disk{}, err
 	}
-	if err := seedContainerd(ctx, opts.Tools, images, filepath.Join(stage, SeedDir)); err != nil {
+	if err := SeedContainerd(ctx, opts.Tools, tars, refs, filepath.Join(stage, SeedDir)); err != nil {
 		return Disk{}, err
 	}
 	// ld.so.cache for the copied libraries (the host's would list libraries

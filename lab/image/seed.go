@@ -20,10 +20,12 @@ import (
 // importing the images there (hashing and unpacking them in emulation).
 const SeedDir = "/var/lib/containerd-seed"
 
-// seedContainerd runs the built containerd on the host with root dir, imports
-// every image archive in images into the k8s.io namespace (the CRI's), and
-// stops it.
-func seedContainerd(ctx context.Context, tools, images, root string) error {
+// SeedContainerd runs the built containerd on this machine with root as its
+// root directory, imports the image archives tars into the k8s.io
+// namespace (the CRI's), checks that refs are there, and stops it: a
+// guest's containerd given that directory finds the images imported and
+// unpacked.
+func SeedContainerd(ctx context.Context, tools string, tars, refs []string, root string) error {
 	state, err := os.MkdirTemp("", "labcloud-seed-")
 	if err != nil {
 		return err
@@ -72,9 +74,8 @@ func seedContainerd(ctx context.Context, tools, images, root string) error {
 		}
 		return fmt.Errorf("containerd did not listen on %s within 20 s:\n%s", sock, log.String())
 	}
-	tars, err := filepath.Glob(filepath.Join(images, "*.tar"))
-	if err != nil || len(tars) == 0 {
-		return fmt.Errorf("no image archives in %s", images)
+	if len(tars) == 0 {
+		return fmt.Errorf("no image archives to seed %s with", root)
 	}
 	ctr := filepath.Join(tools, "ctr")
 	for _, tar := range tars {
@@ -87,9 +88,9 @@ func seedContainerd(ctx context.Context, tools, images, root string) error {
 	if err != nil {
 		return fmt.Errorf("ctr images list: %w: %s", err, out)
 	}
-	for _, im := range containerImages {
-		if !strings.Contains(string(out), im.ref) {
-			return fmt.Errorf("seeded containerd lacks %s (has: %s)", im.ref, out)
+	for _, ref := range refs {
+		if !strings.Contains(string(out), ref) {
+			return fmt.Errorf("seeded containerd lacks %s (has: %s)", ref, out)
 		}
 	}
 	return stop()

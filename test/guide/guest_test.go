@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/labcloud/labcloud/lab/image"
 	"github.com/labcloud/labcloud/test/systemdroot"
 )
 
@@ -27,7 +29,15 @@ var guestPackages = []string{
 }
 
 // guestFormat changes whenever the disk's recipe does (part of its key).
-const guestFormat = "guide-guest/1"
+const guestFormat = "guide-guest/2"
+
+// guestImages are seeded into the guest's containerd, under upstream's
+// names: what kubeadm runs, and the guide's web Deployment. Nothing is
+// pulled (the guests have no internet).
+func guestImages() []string { return append(image.KubeadmImages(), image.AgnhostImage) }
+
+// imageTools are the binaries of the images, part of the disk's key.
+var imageTools = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "etcd", "coredns", "pause", "agnhost"}
 
 // guestImage is the guests' base disk (raw ext4, no partition table), the
 // kernel and initrd they boot directly, and the key sshd trusts for root.
@@ -62,8 +72,12 @@ func buildGuestImage(ctx context.Context, cacheDir, tools string) (guestImage, e
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return img, nil
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return guestImage{}, err
+	// One image is kept: those of other keys (older tools or recipes) go.
+	stale, _ := filepath.Glob(filepath.Join(cacheDir, "guide-guest-*"))
+	for _, d := range stale {
+		if err := os.RemoveAll(d); err != nil {
+			return guestImage{}, err
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return guestImage{}, err
@@ -81,6 +95,14 @@ func buildGuestImage(ctx context.Context, cacheDir, tools string) (guestImage, e
 		return guestImage{}, err
 	}
 	if err := customizeGuest(tree, tools, pub); err != nil {
+		return guestImage{}, err
+	}
+	tars, err := image.WriteImages(dir+".images", image.DiskOptions{Tools: tools}, guestImages()...)
+	defer os.RemoveAll(dir + ".images")
+	if err != nil {
+		return guestImage{}, err
+	}
+	if err := image.SeedContainerd(ctx, tools, tars, guestImages(), filepath.Join(tree, "var/lib/containerd")); err != nil {
 		return guestImage{}, err
 	}
 	kernels, _ := filepath.Glob(filepath.Join(tree, "boot", "vmlinuz-*"))
@@ -104,11 +126,12 @@ func buildGuestImage(ctx context.Context, cacheDir, tools string) (guestImage, e
 func guestKey(root, tools string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintln(h, guestFormat, filepath.Base(root))
-	names := make([]string, 0, len(guestTools))
+	names := slices.Clone(imageTools)
 	for n := range guestTools {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	fmt.Fprintln(h, guestImages())
 	for _, n := range names {
 		f, err := os.Open(filepath.Join(tools, n))
 		if err != nil {
