@@ -205,8 +205,8 @@ func bootHostMachine(t *testing.T, ctx context.Context, h *kvmHost, img guestIma
 // bootGuests starts the three guests with the MACs section 1 pinned, and
 // waits until each has its pinned address and answers ssh.
 func bootGuests(ctx context.Context, h *kvmHost, img guestImage) error {
-	for _, g := range guests {
-		if err := h.boot(g.name, g.mac, img); err != nil {
+	for i, g := range guests {
+		if err := h.boot(g.name, g.mac, i == 0, img); err != nil {
 			return err
 		}
 	}

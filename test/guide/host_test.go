@@ -100,13 +100,24 @@ func (h *kvmHost) remove() {
 	_ = exec.Command("ip", "netns", "del", h.ns).Run()
 }
 
-// guestMemoryMiB fits kubeadm's control plane (etcd, the API server, the
-// controller manager and the scheduler as static pods) beside the kubelet.
-const guestMemoryMiB = 2048
+// The control plane's guest fits etcd, the API server, the controller
+// manager and the scheduler beside the kubelet, on two vCPUs; a worker
+// runs a kubelet and a few pods on one (under TCG each vCPU is a host
+// thread, and this host may have two cores for all three guests).
+const (
+	controlPlaneMiB, workerMiB     = 2048, 1536
+	controlPlaneVCPUs, workerVCPUs = 2, 1
+)
 
 // boot starts guest name from its own copy of img's disk, with mac on
-// the default network, as virt-install would with a cloud image.
-func (h *kvmHost) boot(name, mac string, img guestImage) error {
+// the default network, as virt-install would with a cloud image. The
+// disk ignores flushes (cache unsafe): a throwaway guest loses nothing
+// that matters, and etcd's fsyncs would otherwise wait on the host's disk.
+func (h *kvmHost) boot(name, mac string, controlPlane bool, img guestImage) error {
+	mem, vcpus := workerMiB, workerVCPUs
+	if controlPlane {
+		mem, vcpus = controlPlaneMiB, controlPlaneVCPUs
+	}
 	disk := filepath.Join(h.dir, name+".raw")
 	if out, err := exec.Command("cp", "--sparse=always", img.Disk, disk).CombinedOutput(); err != nil {
 		return fmt.Errorf("copy the disk: %v: %s", err, out)
@@ -119,7 +130,7 @@ func (h *kvmHost) boot(name, mac string, img guestImage) error {
 	xml := fmt.Sprintf(`<domain type='%s'>
   <name>%s</name>
   <memory unit='MiB'>%d</memory>
-  <vcpu>2</vcpu>
+  <vcpu>%d</vcpu>
   %s
   <os>
     <type arch='x86_64' machine='pc'>hvm</type>
@@ -130,7 +141,7 @@ func (h *kvmHost) boot(name, mac string, img guestImage) error {
   <features><acpi/></features>
   <devices>
     <disk type='file' device='disk'>
-      <driver name='qemu' type='raw'/>
+      <driver name='qemu' type='raw' cache='unsafe'/>
       <source file='%s'/>
       <target dev='vda' bus='virtio'/>
     </disk>
@@ -141,7 +152,7 @@ func (h *kvmHost) boot(name, mac string, img guestImage) error {
     </interface>
     <serial type='file'><source path='%s' append='on'/><target port='0'/></serial>
   </devices>
-</domain>`, typ, name, guestMemoryMiB, cpu, img.Kernel, img.Initrd, name, disk, mac, h.console(name))
+</domain>`, typ, name, mem, vcpus, cpu, img.Kernel, img.Initrd, name, disk, mac, h.console(name))
 	d, err := h.conn.DomainDefineXML(xml)
 	if err != nil {
 		return fmt.Errorf("define %s: %w", name, err)
