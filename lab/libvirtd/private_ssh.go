@@ -48,11 +48,17 @@ func SSHURI(addr, keyfile, knownHosts string) string {
 	return "qemu+libssh://root@" + addr + "/system?keyfile=" + keyfile + "&known_hosts=" + knownHosts
 }
 
+// authorizedCCM restricts a CCM's key to what it needs, as
+// docs/several-hosts.md does: libvirt's read-only socket through
+// virt-ssh-helper, whatever command the client asks for; no shell, no
+// forwarding.
+const authorizedCCM = `restrict,command="virt-ssh-helper -r qemu:///system" `
+
 // GrantSSH does in dir what an administrator does for a CCM that reaches
 // p over ssh at addr: a key (id_ed25519, made unless dir has one) that
-// p's sshd accepts for root, and known_hosts with p's host key as
-// ssh-keyscan reads it from clientNetns, the client's network namespace
-// (the current one if empty). It returns their paths.
+// p's sshd accepts for root (authorizedCCM), and p's host key added to
+// known_hosts as ssh-keyscan reads it from clientNetns, the client's
+// network namespace (the current one if empty). It returns their paths.
 func (p Private) GrantSSH(dir, addr, clientNetns string) (keyfile, knownHosts string, err error) {
 	keyfile, knownHosts = filepath.Join(dir, "id_ed25519"), filepath.Join(dir, "known_hosts")
 	if _, err := os.Stat(keyfile); errors.Is(err, os.ErrNotExist) {
@@ -64,12 +70,7 @@ func (p Private) GrantSSH(dir, addr, clientNetns string) (keyfile, knownHosts st
 	if err != nil {
 		return "", "", err
 	}
-	f, err := os.OpenFile(filepath.Join(p.Root, "authorized_keys"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return "", "", err
-	}
-	_, err = f.Write(pub)
-	if err := errors.Join(err, f.Close()); err != nil {
+	if err := appendFile(filepath.Join(p.Root, "authorized_keys"), append([]byte(authorizedCCM), pub...)); err != nil {
 		return "", "", err
 	}
 	scan := []string{"ssh-keyscan", "-T", "5", addr}
@@ -80,5 +81,15 @@ func (p Private) GrantSSH(dir, addr, clientNetns string) (keyfile, knownHosts st
 	if err != nil || len(out) == 0 {
 		return "", "", fmt.Errorf("%s: no host key (%v)", strings.Join(scan, " "), err)
 	}
-	return keyfile, knownHosts, os.WriteFile(knownHosts, out, 0o600)
+	return keyfile, knownHosts, appendFile(knownHosts, out)
+}
+
+// appendFile appends data to path, made 0600 if it is new.
+func appendFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
 }
