@@ -6,16 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"libvirt.org/go/libvirt"
 
-	"github.com/labcloud/labcloud/lab/host"
+	"github.com/labcloud/labcloud/internal/nstest"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
 
@@ -40,22 +37,7 @@ func TestLibsshHypervisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	ns := fmt.Sprintf("lctest-ssh-%d", os.Getpid())
-	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "set", "lo", "up"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	t.Cleanup(func() {
-		if pids, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-			for _, f := range strings.Fields(string(pids)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					host.Stop(pid)
-				}
-			}
-		}
-		_ = exec.Command("ip", "netns", "del", ns).Run()
-	})
+	ns := nstest.Named(t, "lctest-ssh")
 	remote := libvirtd.Private{Root: fmt.Sprintf("/run/lctest-ssh-%d", os.Getpid()), Netns: ns, SSH: true}
 	if _, err := remote.Start(ctx, filepath.Join(t.TempDir(), "libvirtd.log")); err != nil {
 		t.Fatal(err)
@@ -158,26 +140,8 @@ func TestLibsshHypervisor(t *testing.T) {
 
 // connectIn makes h's connection from network namespace name: libvirt
 // opens its socket on the calling thread.
-func connectIn(t *testing.T, name string, h *Hypervisor) (*libvirt.Connect, []int, error) {
+func connectIn(t *testing.T, name string, h *Hypervisor) (conn *libvirt.Connect, ids []int, err error) {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		t.Fatal(err)
-	}
-	conn, ids, cerr := h.connect()
-	if err := netns.Set(orig); err != nil {
-		t.Fatal(err) // the thread stays locked, and ends with the goroutine
-	}
-	runtime.UnlockOSThread()
-	return conn, ids, cerr
+	nstest.InNamed(t, name, func() { conn, ids, err = h.connect() })
+	return conn, ids, err
 }

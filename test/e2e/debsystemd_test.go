@@ -120,7 +120,7 @@ func TestDebUnderSystemd(t *testing.T) {
 	pwFile := examples.ConfigDir + "/bgp-password"
 	dropIn := "/etc/systemd/system/" + debPackage + ".service.d/watchdog.conf"
 	files := map[string]string{
-		examples.UnitCloudConfig: withSSHHost(lbCloudConfig("10.88.0.40-10.88.0.45"), sshKey, sshKnown) + fmt.Sprintf(`routes:
+		examples.UnitCloudConfig: withSSHHost(t, lbCloudConfig("10.88.0.40-10.88.0.45"), sshKey, sshKnown) + fmt.Sprintf(`routes:
   bridge: %s
 bgp:
   asn: 64513

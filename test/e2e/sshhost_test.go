@@ -4,22 +4,21 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"libvirt.org/go/libvirt"
 
-	"github.com/labcloud/labcloud/lab/host"
+	"github.com/labcloud/labcloud/internal/nstest"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
 
 // The second hypervisor host of a test: its own libvirtd behind an sshd
 // (libvirtd.Private with SSH), in a network namespace of its own joined to
 // the suite's by a veth pair, at sshHostAddr, with the suite's libvirt
-// network's name and one domain defined (not running).
+// network's name and one domain defined (not running). Cleanups run last
+// first: the network goes before libvirtd, libvirtd before the namespace.
 const (
 	sshHostAddr   = "10.87.0.2"
 	sshHostPeer   = "10.87.0.1/30" // the suite's end of the pair
@@ -29,31 +28,8 @@ const (
 
 func startSSHHost(t *testing.T) libvirtd.Private {
 	t.Helper()
-	ns := fmt.Sprintf("lce2e-%d-kvm2", os.Getpid())
-	t.Cleanup(func() {
-		if pids, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-			for _, f := range strings.Fields(string(pids)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					host.Stop(pid) // the network's dnsmasq outlives libvirtd
-				}
-			}
-		}
-		_ = exec.Command("ip", "link", "del", "lce2e-kvm2").Run()
-		_ = exec.Command("ip", "netns", "del", ns).Run()
-	})
-	for _, args := range [][]string{
-		{"netns", "add", ns},
-		{"-n", ns, "link", "set", "lo", "up"},
-		{"link", "add", "lce2e-kvm2", "type", "veth", "peer", "name", "lan", "netns", ns},
-		{"addr", "add", sshHostPeer, "dev", "lce2e-kvm2"},
-		{"link", "set", "lce2e-kvm2", "up"},
-		{"-n", ns, "addr", "add", sshHostAddr + "/30", "dev", "lan"},
-		{"-n", ns, "link", "set", "lan", "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	ns := nstest.Named(t, "lce2e-kvm2")
+	nstest.Link(t, os.Getenv(netnsEnv), "lce2e-kvm2", []string{sshHostPeer}, ns, "lan", []string{sshHostAddr + "/30"})
 	p := libvirtd.Private{Root: fmt.Sprintf("/run/lce2e-kvm2-%d", os.Getpid()), Netns: ns, SSH: true}
 	if _, err := p.Start(context.Background(), filepath.Join(t.TempDir(), "kvm2-libvirtd.log")); err != nil {
 		t.Fatal(err)
@@ -63,10 +39,16 @@ func startSSHHost(t *testing.T) libvirtd.Private {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	if err := (libvirtd.Network{Name: env.network, Bridge: "br-kvm2", IPv4Prefix: "10.86.0", DHCPFirst: 100, DHCPLast: 199}).Create(c); err != nil {
 		t.Fatalf("kvm2's network: %v", err)
 	}
+	t.Cleanup(func() { // its dnsmasq would outlive libvirtd
+		if n, err := c.LookupNetworkByName(env.network); err == nil {
+			_ = n.Destroy()
+			n.Free()
+		}
+	})
 	d, err := c.DomainDefineXML(fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory>
 <os><type arch='x86_64'>hvm</type></os></domain>`, sshHostDomain))
 	if err != nil {
@@ -78,10 +60,11 @@ func startSSHHost(t *testing.T) libvirtd.Private {
 
 // withSSHHost adds to a cloud config of libvirtCloudConfig's the second
 // host, reached over ssh with the key and known_hosts at the paths given.
-func withSSHHost(cloudConfig, keyfile, knownHosts string) string {
+func withSSHHost(t *testing.T, cloudConfig, keyfile, knownHosts string) string {
+	t.Helper()
 	first := "    zone: e2e-zone\n"
 	if !strings.Contains(cloudConfig, first) {
-		panic("withSSHHost: not a cloud config of libvirtCloudConfig's")
+		t.Fatalf("not a cloud config of libvirtCloudConfig's:\n%s", cloudConfig)
 	}
 	return strings.Replace(cloudConfig, first, first+fmt.Sprintf("  - uri: %s\n    zone: %s\n    host: %s\n",
 		libvirtd.SSHURI(sshHostAddr, keyfile, knownHosts), sshHostZone, sshHostZone), 1)
