@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/labcloud/labcloud/examples"
 )
@@ -64,16 +65,23 @@ var (
 	defaultKnownHosts = examples.ConfigDir + "/known_hosts"
 )
 
-// readable opens path and reads its first byte, as libvirt will read it.
+// readable opens path and reads its first byte, as libvirt will read it;
+// a FIFO or a device would block or never end, so only a regular file
+// will do (opened without blocking to find out).
 func readable(path string) error {
 	if !filepath.IsAbs(path) {
 		return errors.New("must be an absolute path")
 	}
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())
+	}
 	if _, err := f.Read(make([]byte, 1)); err == io.EOF {
 		return errors.New("is empty (make it with ssh-keygen, or ssh-keyscan the host into known_hosts)")
 	} else if err != nil {

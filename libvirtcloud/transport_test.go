@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -17,7 +18,10 @@ func TestCheckTransport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	missing := filepath.Join(dir, "missing")
+	missing, fifo := filepath.Join(dir, "missing"), filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil { // opening it to read would wait for a writer
+		t.Fatal(err)
+	}
 	both := "?keyfile=" + key + "&known_hosts=" + known
 	for _, tt := range []struct {
 		uri  string
@@ -31,7 +35,8 @@ func TestCheckTransport(t *testing.T) {
 		{"qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts_verify=ignore", nil},
 		{"qemu+libssh://ccm@kvm2/system?keyfile=" + missing + "&known_hosts=" + known, []string{"keyfile " + missing, "no such file"}},
 		{"qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + missing, []string{"known_hosts " + missing, "no such file"}},
-		{"qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + dir, []string{"known_hosts " + dir, "is a directory"}},
+		{"qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + dir, []string{"known_hosts " + dir, "not a regular file"}},
+		{"qemu+libssh://ccm@kvm2/system?keyfile=" + fifo + "&known_hosts=" + known, []string{"keyfile " + fifo, "not a regular file"}},
 		{"qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + empty, []string{"known_hosts " + empty, "is empty", "ssh-keyscan"}},
 		{"qemu+libssh://ccm@kvm2/system?keyfile=id_ed25519&known_hosts=" + known, []string{"keyfile id_ed25519", "absolute"}},
 		{"qemu+libssh://ccm@kvm2/system?known_hosts=" + known, []string{"no keyfile=", "/etc/libvirt-cloud-controller-manager/id_ed25519"}},
