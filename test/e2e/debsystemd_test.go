@@ -161,6 +161,7 @@ bgp:
 	if err != nil {
 		t.Fatalf("without %s, the journal does not say %q:\n%s", sshKnown, noKnownHosts, lastLines(journal(), 20))
 	}
+	t.Logf("without its known_hosts the unit's CCM does not start: %s", strings.TrimSpace(grepLines(journal(), noKnownHosts)))
 	run("systemctl", "stop", debPackage)
 	_, _ = m.Exec(ctx, "systemctl", "reset-failed", debPackage) // NRestarts back to 0
 	copyIn(sshKnown)
@@ -219,6 +220,8 @@ bgp:
 	})
 	if err != nil {
 		t.Errorf("/metrics lacks %q: the CCM did not read %s's domains over ssh; journal:\n%s", strings.TrimSpace(cached), sshHostZone, grepLines(journal(), sshHostAddr))
+	} else {
+		t.Logf("under systemd: %s's domain cached over ssh (qemu+libssh://, key and known_hosts in %s)", sshHostZone, examples.ConfigDir)
 	}
 
 	// process_start_time_seconds reads /proc/stat, which ProcSubset=pid
