@@ -5,8 +5,9 @@
 # (xz, zstd) for lab VMs, FRR as the BGP router of tests, the
 # programs the nodes' container images carry (curl, wget, nc, dig, nginx), and
 # jq (hack/ci-lab.sh reads labcloud status), git, sudo and podman (the
-# Action test: a runner's user with sudo builds an image), and Go if it is
-# missing or too old.
+# Action test: a runner's user with sudo builds an image), sshd, ssh-keygen
+# and ssh-keyscan (a remote hypervisor over ssh in the tests and the lab of
+# several hosts), and Go if it is missing or too old.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 
@@ -42,6 +43,7 @@ packages=(
   bind9-dnsutils nginx
   mmdebstrap systemd-container frr
   jq git sudo podman
+  openssh-server openssh-client
 )
 if [ "${INSTALL_DEPS_DRY_RUN:-}" = 1 ]; then
   printf '%s\n' "${packages[@]}"
@@ -56,11 +58,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # Tests run FRR's daemons in namespaces of their own, so the host's routing
-  # stays as it was; nginx is only copied into the nodes' nginx image.
-  for svc in frr nginx; do
-    if [[ " ${missing[*]} " == *" $svc "* ]] && command -v systemctl >/dev/null; then
-      systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  # Tests run FRR's daemons and sshd in namespaces of their own, so the
+  # host's routing and open ports stay as they were; nginx is only copied
+  # into the nodes' nginx image.
+  for pkg in frr nginx openssh-server; do
+    units=$pkg
+    [ "$pkg" = openssh-server ] && units="ssh.socket ssh.service"
+    if [[ " ${missing[*]} " == *" $pkg "* ]] && command -v systemctl >/dev/null; then
+      # shellcheck disable=SC2086 # two units for openssh-server
+      systemctl disable --now $units >/dev/null 2>&1 || true
     fi
   done
 fi

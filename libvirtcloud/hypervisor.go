@@ -217,7 +217,7 @@ func (h *Hypervisor) connect() (*libvirt.Connect, []int, error) {
 	}
 	h.called("Connect", start)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", h.opts.URI, err)
+		return nil, nil, fmt.Errorf("connect %s: %w", h.opts.URI, explainConnectError(h.opts.URI, err))
 	}
 	fail := func(what string, err error) (*libvirt.Connect, []int, error) {
 		conn.Close()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/labcloud/labcloud/bgp"
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/netroutes"
 )
 
@@ -347,6 +348,9 @@ func (c *Config) completeHypervisors(bad badValue) {
 		if h.URI == "" || err != nil || !uriScheme.MatchString(h.URI) {
 			bad(field+".uri", h.URI, "is not a libvirt URI (e.g. qemu:///system)")
 			continue
+		}
+		if err := libvirtcloud.CheckTransport(h.URI); err != nil {
+			bad(field+".uri", h.URI, err.Error())
 		}
 		if h.Zone == "" {
 			h.Zone = cmp.Or(u.Hostname(), "local")

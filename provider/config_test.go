@@ -24,7 +24,7 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("defaults: %+v", c)
 			}
 		}},
-		{name: "zone from remote host", yaml: "hypervisors: [{uri: 'qemu+ssh://kvm1.lan/system'}, {uri: 'qemu:///system', zone: rack-2}]", check: func(t *testing.T, c Config) {
+		{name: "zone from remote host", yaml: "hypervisors: [{uri: 'qemu+tls://kvm1.lan/system'}, {uri: 'qemu:///system', zone: rack-2}]", check: func(t *testing.T, c Config) {
 			if c.Hypervisors[0].Zone != "kvm1.lan" || c.Hypervisors[1].Zone != "rack-2" {
 				t.Errorf("zones: %+v", c.Hypervisors)
 			}
@@ -34,12 +34,12 @@ host: kvm1.lan
 loadBalancer: {bridge: br-lan, pools: [{name: lab, addresses: [10.0.0.0/28]}]}
 routes: {bridge: br-pods}
 hypervisors:
-- {uri: 'qemu+ssh://root@kvm1.lan/system'}
-- {uri: 'qemu+ssh://kvm2.lan/system', host: kvm-two, bridge: br0}
+- {uri: 'qemu+tls://root@kvm1.lan/system'}
+- {uri: 'qemu+tls://kvm2.lan/system', host: kvm-two, bridge: br0}
 - {uri: 'qemu:///system', zone: here}`, check: func(t *testing.T, c Config) {
 			want := []HypervisorConfig{
-				{URI: "qemu+ssh://root@kvm1.lan/system", Zone: "kvm1.lan", Host: "kvm1.lan", Bridge: "br-lan"},
-				{URI: "qemu+ssh://kvm2.lan/system", Zone: "kvm2.lan", Host: "kvm-two", Bridge: "br0"},
+				{URI: "qemu+tls://root@kvm1.lan/system", Zone: "kvm1.lan", Host: "kvm1.lan", Bridge: "br-lan"},
+				{URI: "qemu+tls://kvm2.lan/system", Zone: "kvm2.lan", Host: "kvm-two", Bridge: "br0"},
 				{URI: "qemu:///system", Zone: "here", Host: "kvm1.lan", Bridge: "br-lan"},
 			}
 			if !slices.Equal(c.Hypervisors, want) {
@@ -57,7 +57,7 @@ hypervisors:
 				t.Errorf("bridge = %q, want routes.bridge", c.Hypervisors[0].Bridge)
 			}
 		}},
-		{name: "one remote host needs no host of its own", yaml: "host: ctl\nhypervisors: [{uri: 'qemu+ssh://kvm1.lan/system'}]", check: func(t *testing.T, c Config) {
+		{name: "one remote host needs no host of its own", yaml: "host: ctl\nhypervisors: [{uri: 'qemu+tls://kvm1.lan/system'}]", check: func(t *testing.T, c Config) {
 			if c.Host != "ctl" || c.Hypervisors[0].Host != "kvm1.lan" {
 				t.Errorf("host %q, hypervisor %+v", c.Host, c.Hypervisors[0])
 			}
@@ -75,7 +75,7 @@ hypervisors:
 		{name: "duplicate zone", yaml: "hypervisors: [{uri: 'qemu:///system'}, {uri: 'test:///default'}]", wantErr: `hypervisors[1].zone: "local"`},
 		{name: "host not a label value", yaml: "host: 'kvm 1'", wantErr: `host: "kvm 1" must be a valid label value`},
 		{name: "hypervisor host not a label value", yaml: "hypervisors: [{uri: 'qemu:///system'}, {uri: 'test:///default', zone: t, host: 'kvm/2'}]", wantErr: `hypervisors[1].host: "kvm/2" must be a valid label value`},
-		{name: "host not among several", yaml: "host: ctl\nhypervisors: [{uri: 'qemu+ssh://kvm1.lan/system'}, {uri: 'qemu+ssh://kvm2.lan/system'}]",
+		{name: "host not among several", yaml: "host: ctl\nhypervisors: [{uri: 'qemu+tls://kvm1.lan/system'}, {uri: 'qemu+tls://kvm2.lan/system'}]",
 			wantErr: `host: "ctl" is not the host of any hypervisor (kvm1.lan, kvm2.lan)`},
 		{name: "bad address source", yaml: "addressSources: [dhcp]", wantErr: `addressSources[0]: "dhcp"`},
 		{name: "repeated address source", yaml: "addressSources: [arp, arp]", wantErr: `addressSources[1]: "arp" is listed twice`},

@@ -56,6 +56,7 @@ func TestInstallDepsPackages(t *testing.T) {
 		"bind9-dnsutils", "nginx",
 		"mmdebstrap", "systemd-container", "frr",
 		"jq", "git", "sudo", "podman",
+		"openssh-server", "openssh-client",
 	}
 	for _, name := range []string{"debian-12", "debian-13", "ubuntu-24.04"} {
 		d, err := DistroOf(osRelease(name))

@@ -28,6 +28,11 @@ import (
 type Private struct {
 	Root  string // its directories; a short path, for the socket's sake
 	Netns string
+	// SSH runs an sshd on port 22 beside libvirtd, in its mount and
+	// network namespaces: a qemu+libssh:// client reaches this libvirtd
+	// at libvirt's usual socket, as it reaches another host's. Root logs
+	// in with a key GrantSSH made.
+	SSH bool
 }
 
 // privateDirs are libvirt's directories and the names they have under Root.
@@ -40,13 +45,16 @@ var privateDirs = []struct{ name, mountpoint string }{
 }
 
 // privateStart binds the directories over libvirt's own, then runs
-// virtlogd and, under tini as for the host's libvirtd, libvirtd; both
-// write their pids under Root ($1), not to /run where the host's do.
+// virtlogd, sshd if it has a configuration (Private.SSH) and, under tini
+// as for the host's libvirtd, libvirtd; each writes its pid under Root
+// ($1), not to /run where the host's do. sshd needs an absolute path and
+// its privilege-separation directory.
 const privateStart = `set -e
 r=$1
 while read -r name mountpoint; do mount --bind "$r/$name" "$mountpoint"; done <<EOF
 ` + "%s" + `EOF
 virtlogd -p "$r/virtlogd.pid" &
+if [ -f "$r/sshd_config" ]; then mkdir -p /run/sshd; "$(command -v sshd)" -f "$r/sshd_config" -E "$r/sshd.log"; fi
 exec tini -s -- libvirtd -p "$r/libvirtd.pid"
 `
 
@@ -73,7 +81,7 @@ func (p Private) Start(ctx context.Context, log string) (*controlplane.Process, 
 // networks as they were (a transient network whose bridge and dnsmasq
 // outlived it is taken up again).
 func (p Private) Restart(ctx context.Context, log string) (*controlplane.Process, error) {
-	for _, f := range []string{"libvirtd.pid", "virtlogd.pid", "run/libvirt-sock", "run/libvirt-sock-ro", "run/libvirt-admin-sock", "run/virtlogd-sock", "run/virtlogd-admin-sock"} {
+	for _, f := range []string{"libvirtd.pid", "virtlogd.pid", "sshd.pid", "run/libvirt-sock", "run/libvirt-sock-ro", "run/libvirt-admin-sock", "run/virtlogd-sock", "run/virtlogd-admin-sock"} {
 		_ = os.Remove(filepath.Join(p.Root, f))
 	}
 	return p.launch(ctx, log)
@@ -134,44 +142,45 @@ func (p Private) makeDirs() error {
 			}
 		}
 	}
+	if p.SSH {
+		return p.makeSSHD()
+	}
 	return nil
 }
 
 // Pids are its libvirtd's and virtlogd's, from their pid files; 0 for one
 // that wrote none.
 func (p Private) Pids() (libvirtd, virtlogd int) {
-	read := func(name string) int {
-		b, _ := os.ReadFile(filepath.Join(p.Root, name+".pid"))
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		return pid
-	}
-	return read("libvirtd"), read("virtlogd")
+	return p.pid("libvirtd"), p.pid("virtlogd")
 }
 
-// Signal sends sig to its libvirtd and virtlogd: SIGSTOP freezes them as
-// a host that loses power goes silent, SIGKILL ends them; its directories
-// stay for Restart.
+// pid is daemon's, from its pid file under Root; 0 if it wrote none.
+func (p Private) pid(daemon string) int {
+	b, _ := os.ReadFile(filepath.Join(p.Root, daemon+".pid"))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// Signal sends sig to its libvirtd, virtlogd and sshd: SIGSTOP freezes
+// them as a host that loses power goes silent, SIGKILL ends them; its
+// directories stay for Restart.
 func (p Private) Signal(sig syscall.Signal) {
 	p.eachDaemon(func(pid int) { _ = syscall.Kill(pid, sig) })
 }
 
-// Stop stops its libvirtd and virtlogd (guests keep running: destroy
-// them first) and removes Root.
+// Stop stops its libvirtd, virtlogd and sshd (guests keep running:
+// destroy them first) and removes Root.
 func (p Private) Stop() {
 	p.eachDaemon(host.Stop)
 	_ = os.RemoveAll(p.Root)
 }
 
-// eachDaemon calls f with the pid of its libvirtd and of its virtlogd,
-// each that still runs (pids are reused: the program is checked).
+// eachDaemon calls f with the pid of each of its daemons that still runs
+// (pids are reused: the program is checked).
 func (p Private) eachDaemon(f func(pid int)) {
-	l, v := p.Pids()
-	for _, d := range []struct {
-		pid     int
-		program string
-	}{{l, "libvirtd"}, {v, "virtlogd"}} {
-		if d.pid > 0 && host.IsProcess(d.pid, d.program) {
-			f(d.pid)
+	for _, d := range []string{"libvirtd", "virtlogd", "sshd"} {
+		if pid := p.pid(d); pid > 0 && host.IsProcess(pid, d) {
+			f(pid)
 		}
 	}
 }

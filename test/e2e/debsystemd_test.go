@@ -45,7 +45,9 @@ const unitWatchdog = 10 * time.Second
 // The CCM then does everything its sandbox must allow: libvirt through
 // cgo (a Node initialized), netlink (its pod-CIDR route), packet sockets
 // (its VIP answered by ARP), BGP with TCP MD5 and BFD (the route at FRR),
-// the watchdog fed through the notify socket. The test reports the unit's
+// a second hypervisor host over ssh (libssh, with the key and known_hosts
+// in the unit's directory; without the known_hosts the CCM does not start
+// and names it), the watchdog fed through the notify socket. The test reports the unit's
 // exposure score, the CCM's peak memory and threads against MemoryMax and
 // TasksMax, and purges the package.
 func TestDebUnderSystemd(t *testing.T) {
@@ -56,6 +58,11 @@ func TestDebUnderSystemd(t *testing.T) {
 	ctx := context.Background()
 	tmp := t.TempDir()
 	deb := makeDeb(t, tmp)
+	kvm2 := startSSHHost(t)
+	if _, _, err := kvm2.GrantSSH(tmp, sshHostAddr, ""); err != nil { // tmp/id_ed25519, tmp/known_hosts
+		t.Fatal(err)
+	}
+	sshKey, sshKnown := examples.ConfigDir+"/id_ed25519", examples.ConfigDir+"/known_hosts"
 
 	root, err := systemdroot.Root(ctx, "", nil)
 	if err != nil {
@@ -113,7 +120,7 @@ func TestDebUnderSystemd(t *testing.T) {
 	pwFile := examples.ConfigDir + "/bgp-password"
 	dropIn := "/etc/systemd/system/" + debPackage + ".service.d/watchdog.conf"
 	files := map[string]string{
-		examples.UnitCloudConfig: lbCloudConfig("10.88.0.40-10.88.0.45") + fmt.Sprintf(`routes:
+		examples.UnitCloudConfig: withSSHHost(t, lbCloudConfig("10.88.0.40-10.88.0.45"), sshKey, sshKnown) + fmt.Sprintf(`routes:
   bridge: %s
 bgp:
   asn: 64513
@@ -133,12 +140,32 @@ bgp:
 		t.Fatal(err)
 	}
 	run("mkdir", "-p", filepath.Dir(dropIn))
-	for _, dst := range []string{examples.UnitCloudConfig, pwFile, examples.UnitKubeconfig, dropIn} {
-		if err := m.CopyIn(filepath.Join(tmp, filepath.Base(dst)), dst); err != nil {
-			t.Fatal(err)
+	copyIn := func(dsts ...string) {
+		t.Helper()
+		for _, dst := range dsts {
+			if err := m.CopyIn(filepath.Join(tmp, filepath.Base(dst)), dst); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	copyIn(examples.UnitCloudConfig, pwFile, examples.UnitKubeconfig, dropIn, sshKey)
 	run("systemctl", "daemon-reload")
+
+	// Without the known_hosts the second host's URI names, the CCM does
+	// not start, and says which file.
+	run("systemctl", "start", debPackage)
+	noKnownHosts := "known_hosts " + sshKnown + ": open " + sshKnown + ": no such file or directory"
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(journal(), noKnownHosts), nil
+	})
+	if err != nil {
+		t.Fatalf("without %s, the journal does not say %q:\n%s", sshKnown, noKnownHosts, lastLines(journal(), 20))
+	}
+	t.Logf("without its known_hosts the unit's CCM does not start: %s", strings.TrimSpace(grepLines(journal(), noKnownHosts)))
+	run("systemctl", "stop", debPackage)
+	_, _ = m.Exec(ctx, "systemctl", "reset-failed", debPackage) // NRestarts back to 0
+	copyIn(sshKnown)
+
 	started := time.Now()
 	run("systemctl", "start", debPackage)
 
@@ -183,6 +210,19 @@ bgp:
 	client.waitARP(t, vip, nodeMAC, 30*time.Second)
 	t.Logf("under systemd: Node %s initialized, pod CIDR %s routed and at the router via %s, VIP %s answered by %s",
 		n.Name, n.Spec.PodCIDR, lease, vip, nodeMAC)
+
+	// The second host over ssh, from inside the sandbox: its domain is
+	// cached.
+	cached := fmt.Sprintf("\nlabcloud_libvirt_cached_domains{zone=%q} 1\n", sshHostZone)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, body, err := get(base+"/metrics", adminToken(t))
+		return err == nil && strings.Contains(body, cached), nil
+	})
+	if err != nil {
+		t.Errorf("/metrics lacks %q: the CCM did not read %s's domains over ssh; journal:\n%s", strings.TrimSpace(cached), sshHostZone, grepLines(journal(), sshHostAddr))
+	} else {
+		t.Logf("under systemd: %s's domain cached over ssh (qemu+libssh://, key and known_hosts in %s)", sshHostZone, examples.ConfigDir)
+	}
 
 	// process_start_time_seconds reads /proc/stat, which ProcSubset=pid
 	// would hide.
