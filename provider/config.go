@@ -337,6 +337,21 @@ func (c *Config) completeHost(bad badValue) {
 	}
 }
 
+// CheckHypervisorFiles checks the files each hypervisor's transport needs
+// (a remote host's ssh key and known_hosts), naming the hypervisor and the
+// file. The CCM checks them before it starts; loading a config does not,
+// so that withdraw, which reaches no hypervisor, still removes the routes
+// of a CCM whose key is gone.
+func (c Config) CheckHypervisorFiles() error {
+	var errs []error
+	for i, h := range c.Hypervisors {
+		if err := libvirtcloud.CheckTransport(h.URI); err != nil {
+			errs = append(errs, fmt.Errorf("cloud config: hypervisors[%d].uri: %q %w", i, h.URI, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // completeHypervisors fills each hypervisor's zone, host and bridge, and
 // validates them; it runs after completeHost.
 func (c *Config) completeHypervisors(bad badValue) {
@@ -348,9 +363,6 @@ func (c *Config) completeHypervisors(bad badValue) {
 		if h.URI == "" || err != nil || !uriScheme.MatchString(h.URI) {
 			bad(field+".uri", h.URI, "is not a libvirt URI (e.g. qemu:///system)")
 			continue
-		}
-		if err := libvirtcloud.CheckTransport(h.URI); err != nil {
-			bad(field+".uri", h.URI, err.Error())
 		}
 		if h.Zone == "" {
 			h.Zone = cmp.Or(u.Hostname(), "local")

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,8 +9,9 @@ import (
 )
 
 // A remote hypervisor over ssh names its key and known_hosts in its URI;
-// the config does not load while either cannot be read, and says which
-// hypervisor and which file.
+// the CCM does not start while either cannot be read, and says which
+// hypervisor and which file. The config still loads, for withdraw: a
+// package removed after its key was deleted still withdraws its routes.
 func TestLoadConfigChecksSSHFiles(t *testing.T) {
 	dir := t.TempDir()
 	key, known := filepath.Join(dir, "id_ed25519"), filepath.Join(dir, "known_hosts")
@@ -19,8 +21,12 @@ func TestLoadConfigChecksSSHFiles(t *testing.T) {
 		}
 	}
 	load := func(uri string) error {
-		_, err := LoadConfig(strings.NewReader("host: kvm1\nhypervisors: [{uri: 'qemu:///system'}, {uri: '" + uri + "'}]"))
-		return err
+		cfg, err := LoadConfig(strings.NewReader("host: kvm1\nhypervisors: [{uri: 'qemu:///system'}, {uri: '" + uri + "'}]"))
+		if err != nil && !strings.HasPrefix(uri, "qemu+ssh:") {
+			t.Errorf("%s: the config does not load (withdraw could not run): %v", uri, err)
+			return err
+		}
+		return errors.Join(err, cfg.CheckHypervisorFiles())
 	}
 	ok := "qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + known
 	if err := load(ok); err != nil {

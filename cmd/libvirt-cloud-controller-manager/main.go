@@ -103,6 +103,9 @@ func main() {
 		if cfg, err = provider.LoadConfigFile(cp.CloudConfigFile); err != nil {
 			return err
 		}
+		if err := cfg.CheckHypervisorFiles(); err != nil {
+			return err
+		}
 		for _, name := range []string{"log-text-split-stream", "log-json-split-stream"} {
 			if f := c.Flags().Lookup(name); f != nil && f.Value.String() == "true" {
 				splitStream = true
