@@ -257,22 +257,10 @@ func customizeGuest(tree, tools string, authorizedKey []byte) error {
 	return nil
 }
 
+// copyFile copies src to dst (its directories made) with mode.
 func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
+	if out, err := exec.Command("install", "-D", "-m", fmt.Sprintf("%o", mode), src, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("install %s %s: %v: %s", src, dst, err, out)
 	}
-	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return nil
 }
