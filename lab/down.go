@@ -23,18 +23,19 @@ func Down(dir string, out io.Writer) error {
 		stopOtherHosts(st, out)
 		removeGuests(out)
 	}
+	// The host lock goes last: every step below works on names the next
+	// lab uses too (its namespace, whose processes stopNamespace kills, its
+	// uplink, its router), and that lab's up waits for the lock. Released
+	// first, CI's next lab lost its libvirtd and an ldd to this down.
+	defer stopProcess(st, out, "lock-holder", "sleep") // flock --no-fork ... sleep infinity
 	// The forwarder, the light lab's simulator, the registry, the control
-	// plane and the CCM first, then libvirt's daemons and the lock holder.
+	// plane and the CCM first, then libvirt's daemons.
 	for _, p := range []struct{ key, program string }{
 		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {registryPid, "labcloud"}, {CCMProcess, CCMProcess}, {dnsPid, "coredns"},
 		{"kube-controller-manager", "kube-controller-manager"}, {"kube-scheduler", "kube-scheduler"},
 		{"kube-apiserver", "kube-apiserver"}, {"etcd", "etcd"}, {"libvirtd", "libvirtd"}, {"virtlogd", "virtlogd"},
-		{"lock-holder", "sleep"}, // flock --no-fork ... sleep infinity
 	} {
-		if pid := st.Pids[p.key]; pid > 0 && host.IsProcess(pid, p.program) {
-			fmt.Fprintf(out, "stopping %s (pid %d)\n", p.key, pid)
-			host.Stop(pid)
-		}
+		stopProcess(st, out, p.key, p.program)
 	}
 	stopRouter(dir)
 	if err := removeUplink(dir, out); err != nil { // before the record in dir goes
@@ -48,6 +49,14 @@ func Down(dir string, out io.Writer) error {
 		errs = append(errs, fmt.Errorf("QEMU processes of lab guests still running: %v", leftovers))
 	}
 	return errors.Join(errs...)
+}
+
+// stopProcess stops the lab's process key if it still runs program.
+func stopProcess(st *State, out io.Writer, key, program string) {
+	if pid := st.Pids[key]; pid > 0 && host.IsProcess(pid, program) {
+		fmt.Fprintf(out, "stopping %s (pid %d)\n", key, pid)
+		host.Stop(pid)
+	}
 }
 
 // stateOrGuess is the lab's state in dir or, for a lab that crashed before

@@ -180,13 +180,17 @@ func TestFirstHostReachesOthersOverSSH(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := writeFile(t, "cloud-config.yaml", string(data))
-	if _, err := provider.LoadConfigFile(path); err != nil {
+	cfg, err := provider.LoadConfigFile(path)
+	if err != nil {
 		t.Fatalf("the first host's cloud config: %v", err)
+	}
+	if err := cfg.CheckHypervisorFiles(); err != nil {
+		t.Fatalf("the first host's cloud config's files: %v", err)
 	}
 	if err := os.Remove(known); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := provider.LoadConfigFile(path); err == nil || !strings.Contains(err.Error(), "known_hosts "+known) {
+	if err := cfg.CheckHypervisorFiles(); err == nil || !strings.Contains(err.Error(), "known_hosts "+known) {
 		t.Errorf("without %s: %v, want an error naming it", known, err)
 	}
 }
