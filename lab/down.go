@@ -41,7 +41,7 @@ func Down(dir string, out io.Writer) error {
 	if err := removeUplink(dir, out); err != nil { // before the record in dir goes
 		errs = append(errs, err)
 	}
-	stopNamespace(Netns, out)
+	stopNamespace(Netns, st.Pids["lock-holder"], out) // it runs there: it goes last
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}

@@ -268,16 +268,16 @@ func stopOtherHosts(st *State, out io.Writer) {
 		if pid := h.Pids["libvirtd"]; pid > 0 && host.IsProcess(pid, "tini") {
 			host.Stop(pid)
 		}
-		stopNamespace(h.Netns, out)
+		stopNamespace(h.Netns, 0, out)
 	}
 }
 
 // stopNamespace stops whatever still runs in netns (dnsmasq, a crashed
-// run's children) and deletes it.
-func stopNamespace(netns string, out io.Writer) {
+// run's children) but keep, and deletes it.
+func stopNamespace(netns string, keep int, out io.Writer) {
 	if pids, err := exec.Command("ip", "netns", "pids", netns).Output(); err == nil {
 		for _, f := range strings.Fields(string(pids)) {
-			if pid, err := strconv.Atoi(f); err == nil {
+			if pid, err := strconv.Atoi(f); err == nil && pid != keep {
 				host.Stop(pid)
 			}
 		}
