@@ -90,14 +90,19 @@ func (h *kvmHost) remove() {
 		h.conn.Close()
 	}
 	h.lv.Stop()
-	if pids, err := exec.Command("ip", "netns", "pids", h.ns).Output(); err == nil {
+	deleteNamespace(h.ns)
+}
+
+// deleteNamespace stops what runs in ns and deletes it.
+func deleteNamespace(ns string) {
+	if pids, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
 		for _, f := range strings.Fields(string(pids)) {
 			if pid, err := strconv.Atoi(f); err == nil {
 				host.Stop(pid)
 			}
 		}
 	}
-	_ = exec.Command("ip", "netns", "del", h.ns).Run()
+	_ = exec.Command("ip", "netns", "del", ns).Run()
 }
 
 // The control plane's guest fits etcd, the API server, the controller
@@ -262,14 +267,7 @@ func sweepKilledRuns() {
 		if err != nil || syscall.Kill(pid, 0) == nil {
 			continue
 		}
-		if pids, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-			for _, f := range strings.Fields(string(pids)) {
-				if p, err := strconv.Atoi(f); err == nil {
-					host.Stop(p)
-				}
-			}
-		}
-		_ = exec.Command("ip", "netns", "del", ns).Run()
+		deleteNamespace(ns)
 		_ = os.RemoveAll(filepath.Join("/run", ns))
 	}
 }
