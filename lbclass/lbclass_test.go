@@ -143,7 +143,9 @@ func TestServesItsClassOnly(t *testing.T) {
 
 // TestReleasesOnDelete: once the API server marks the Service deleted
 // (it waits for the finalizer), the controller releases its load balancer
-// and removes the finalizer.
+// and removes the finalizer. A sync that still sees the Service in a stale
+// cache may release it twice; release is idempotent, so only "at least
+// once, and only this Service" is asked.
 func TestReleasesOnDelete(t *testing.T) {
 	f := start(t, &balancer{}, service("mine", ptr.To(class)))
 	f.waitFor("finalizer", func() bool { return servicehelper.HasLBFinalizer(f.get("mine")) })
@@ -154,8 +156,11 @@ func TestReleasesOnDelete(t *testing.T) {
 	}
 	f.waitFor("released and finalizer removed", func() bool {
 		_, deleted := f.b.calls()
-		return len(deleted) == 1 && !servicehelper.HasLBFinalizer(f.get("mine"))
+		return len(deleted) > 0 && !servicehelper.HasLBFinalizer(f.get("mine"))
 	})
+	if _, deleted := f.b.calls(); slices.ContainsFunc(deleted, func(k string) bool { return k != "team/mine" }) {
+		t.Errorf("EnsureLoadBalancerDeleted calls %v, want only team/mine", deleted)
+	}
 }
 
 // TestOneWarningPerError: a failure that repeats on retries is one
