@@ -513,9 +513,12 @@ func withPort(p int32) func(*v1.Service) {
 
 func localPolicy(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal }
 
+// The Service is in the cache, as the service controller's are: a pass of
+// the placement loop that runs before the call's own may be the one that
+// announces the VIP, and it finds the Service there for its event.
 func TestLoadBalancerAllocatesFromPoolAndAnnounces(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
 	svc := lbService("web")
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", svc).start()
 	vip := f.mustEnsure(svc)
 	if vip != netip.MustParseAddr("10.0.0.10") {
 		t.Fatalf("VIP = %s, want the pool's first address 10.0.0.10", vip)
@@ -531,15 +534,17 @@ func TestLoadBalancerAllocatesFromPoolAndAnnounces(t *testing.T) {
 		t.Errorf("events = %q, want one %s and one %s", f.drain(), ReasonAllocated, ReasonVIPAnnounced)
 	}
 
-	// A second sync changes nothing and says nothing.
+	// A second sync changes nothing and says nothing: at most it mends the
+	// same answer (a keep that repairs counts as a set).
+	sets := len(f.ann.setsFor(vip))
 	if again := f.mustEnsure(svc); again != vip {
 		t.Fatalf("second EnsureLoadBalancer moved the VIP %s -> %s", vip, again)
 	}
-	if len(f.ann.probes) != 1 || len(f.ann.setsFor(vip)) != 2 || f.ann.answering(vip).String() != mac.String() {
+	if len(f.ann.probes) != 1 || len(f.ann.setsFor(vip)) > sets+1 || f.ann.answering(vip).String() != mac.String() {
 		t.Errorf("second sync: probes %v, sets %v; want no new probe and the same MAC", f.ann.probes, f.ann.setsFor(vip))
 	}
-	if n := len(f.drain()); n != 2 {
-		t.Errorf("second sync added events: %q", f.drain())
+	if events := f.drain(); len(events) != 2 {
+		t.Errorf("second sync added events: %q", events)
 	}
 	st, exists, err := f.lb.GetLoadBalancer(f.ctx, "test", svc)
 	if err != nil || !exists || len(st.Ingress) != 1 || st.Ingress[0].IP != vip.String() {
