@@ -20,6 +20,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/provider/outofservice"
 )
 
 // ProviderName is the --cloud-provider value and the providerID scheme.
@@ -56,6 +57,7 @@ type Cloud struct {
 	lbOff          *loadBalancerOff // serves LoadBalancer Services while lb is nil
 	bgp            *bgpAnnouncer    // nil unless bgp is configured
 	unparsable     *unparsableReporter
+	outOfService   *outofservice.Controller // nil when switched off
 	ctx            context.Context
 	runCtx         context.Context      // from Initialize: ends when the CCM stops
 	client         kubernetes.Interface // from Initialize, for the components
@@ -78,6 +80,9 @@ func New(cfg Config, hypervisors []Hypervisor) *Cloud {
 	c := &Cloud{cfg: cfg, hypervisors: hypervisors}
 	c.instances = &instances{cfg: &c.cfg, hypervisors: hypervisors}
 	c.unparsable = newUnparsableReporter(hypervisors)
+	if cfg.TaintsOutOfService() {
+		c.outOfService = newOutOfService(hypervisors)
+	}
 	if cfg.LoadBalancer.Bridge == "" {
 		c.lbOff = &loadBalancerOff{}
 	}
@@ -280,6 +285,9 @@ func (c *Cloud) components() []component {
 	if c.unparsable != nil && len(c.unparsable.sources) > 0 {
 		parts = append(parts, c.unparsable)
 	}
+	if c.outOfService != nil {
+		parts = append(parts, outOfServicePart{c.outOfService})
+	}
 	if c.routes != nil {
 		parts = append(parts, c.routes)
 	}
@@ -338,4 +346,26 @@ func (c *Cloud) hostHypervisors() []hostHypervisor {
 		}
 	}
 	return out
+}
+
+// newOutOfService returns the out-of-service taint's controller over the
+// hypervisors that publish their domains' changes (nil if none does).
+func newOutOfService(hypervisors []Hypervisor) *outofservice.Controller {
+	var hvs []outofservice.Hypervisor
+	for _, h := range hypervisors {
+		if o, ok := h.(outofservice.Hypervisor); ok {
+			hvs = append(hvs, o)
+		}
+	}
+	if len(hvs) == 0 {
+		return nil
+	}
+	return outofservice.New(hvs, domainUUID)
+}
+
+// outOfServicePart starts the out-of-service controller as a component.
+type outOfServicePart struct{ *outofservice.Controller }
+
+func (p outOfServicePart) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
+	return p.Start(ctx, client, factory, recorder)
 }

@@ -53,6 +53,15 @@ type Config struct {
 	LoadBalancer LoadBalancerConfig `json:"loadBalancer"`
 	// BGP announces each Node's pod CIDRs to BGP peers (the LAN router).
 	BGP BGPConfig `json:"bgp"`
+	// OutOfServiceTaint says whether a Node whose domain the hypervisors
+	// confirm shut off or crashed gets node.kubernetes.io/out-of-service
+	// (package outofservice); nil: yes.
+	OutOfServiceTaint *bool `json:"outOfServiceTaint"`
+}
+
+// TaintsOutOfService reports whether OutOfServiceTaint is on.
+func (c *Config) TaintsOutOfService() bool {
+	return c.OutOfServiceTaint == nil || *c.OutOfServiceTaint
 }
 
 // RoutesConfig: pod-CIDR routes "<podCIDR> via <node InternalIP> dev
@@ -155,12 +164,13 @@ const (
 // DefaultConfig is what a missing or empty --cloud-config means.
 func DefaultConfig() Config {
 	return Config{
-		Region:         "labcloud",
-		Hypervisors:    []HypervisorConfig{{URI: "qemu:///system"}},
-		AddressSources: []string{SourceDHCPLeases, SourceARP},
-		ResyncPeriod:   metav1.Duration{Duration: 5 * time.Minute},
-		LoadBalancer:   LoadBalancerConfig{ServeClassless: ptr.To(true)},
-		BGP:            BGPConfig{RestartTime: metav1.Duration{Duration: bgp.DefaultRestartTime}},
+		Region:            "labcloud",
+		Hypervisors:       []HypervisorConfig{{URI: "qemu:///system"}},
+		AddressSources:    []string{SourceDHCPLeases, SourceARP},
+		ResyncPeriod:      metav1.Duration{Duration: 5 * time.Minute},
+		LoadBalancer:      LoadBalancerConfig{ServeClassless: ptr.To(true)},
+		BGP:               BGPConfig{RestartTime: metav1.Duration{Duration: bgp.DefaultRestartTime}},
+		OutOfServiceTaint: ptr.To(true),
 	}
 }
 

@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/labcloud/labcloud/provider/outofservice"
 )
 
 func TestNodeInitializedFromDomain(t *testing.T) {
@@ -65,6 +68,10 @@ func TestNodeInitializedFromDomain(t *testing.T) {
 	}
 }
 
+// TestShutdownTaintFollowsDomainState: a Node whose domain stops gets
+// node.kubernetes.io/out-of-service at once, while the Node is still
+// Ready (the hypervisor's word is enough), and upstream's shutdown taint
+// once it is NotReady; both go when the domain runs again.
 func TestShutdownTaintFollowsDomainState(t *testing.T) {
 	requireEnv(t)
 	defineDomain(t, "e2e-stop", true)
@@ -73,9 +80,16 @@ func TestShutdownTaintFollowsDomainState(t *testing.T) {
 	waitNode(t, "e2e-stop", "initialization", 30*time.Second, func(n *v1.Node) bool { return n != nil && !hasTaint(n, uninitializedTaint) })
 
 	d := domain(t, "e2e-stop")
+	stopped := time.Now()
 	if err := d.Destroy(); err != nil {
 		t.Fatal(err)
 	}
+	n := waitNode(t, "e2e-stop", "out-of-service taint", 30*time.Second, func(n *v1.Node) bool { return n != nil && hasTaint(n, outofservice.TaintKey) })
+	t.Logf("out-of-service taint %s after the domain stopped", time.Since(stopped).Round(time.Millisecond))
+	if i := slices.IndexFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == outofservice.TaintKey }); n.Spec.Taints[i].Effect != v1.TaintEffectNoExecute {
+		t.Errorf("out-of-service taint %+v, want NoExecute", n.Spec.Taints[i])
+	}
+	waitNodeEvent(t, "e2e-stop", outofservice.ReasonTainted)
 	setReady(t, "e2e-stop", v1.ConditionFalse) // the kubelet stops reporting
 	waitNode(t, "e2e-stop", "shutdown taint", 30*time.Second, func(n *v1.Node) bool { return n != nil && hasTaint(n, shutdownTaint) })
 
@@ -83,10 +97,27 @@ func TestShutdownTaintFollowsDomainState(t *testing.T) {
 		t.Fatal(err)
 	}
 	setReady(t, "e2e-stop", v1.ConditionTrue)
-	n := waitNode(t, "e2e-stop", "shutdown taint removal", 30*time.Second, func(n *v1.Node) bool { return n != nil && !hasTaint(n, shutdownTaint) })
+	n = waitNode(t, "e2e-stop", "shutdown and out-of-service taints' removal", 30*time.Second, func(n *v1.Node) bool {
+		return n != nil && !hasTaint(n, shutdownTaint) && !hasTaint(n, outofservice.TaintKey)
+	})
 	if n.Spec.ProviderID == "" {
 		t.Error("node lost its providerID")
 	}
+	waitNodeEvent(t, "e2e-stop", outofservice.ReasonUntainted)
+}
+
+// waitNodeEvent waits for an Event of reason on the Node.
+func waitNodeEvent(t *testing.T, node, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		evs, err := env.admin.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + reason})
+		if err == nil && len(evs.Items) > 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Errorf("no %s Event on Node %s", reason, node)
 }
 
 func TestUndefinedDomainDeletesNotReadyNode(t *testing.T) {
