@@ -33,13 +33,9 @@ func TestEventReasonsDocumented(t *testing.T) {
 		for _, row := range tb.rows {
 			reason := firstSpan(row[0])
 			documented[reason] = true
-			r, ok := code[reason]
-			if !ok {
-				t.Errorf("%s documents event reason %q, which provider/ does not record", reference, reason)
+			r := checkReason(t, code, reference, reason, row[1], "documents", "documented as")
+			if r == nil {
 				continue
-			}
-			if got, want := typesOf(row[1]), r.typeList(); !slices.Equal(got, want) {
-				t.Errorf("%s: event %s is documented as %v, provider/ records it as %v", reference, reason, got, want)
 			}
 			examples := spans(row[msgCol])
 			for _, format := range r.formats {
@@ -71,14 +67,7 @@ func TestEventReasonsDocumented(t *testing.T) {
 		}
 		for _, reason := range names {
 			seen[reason] = true
-			r, ok := code[reason]
-			if !ok {
-				t.Errorf("%s has a section for event reason %q, which provider/ does not record", ts, reason)
-				continue
-			}
-			if got, want := typesOf(m[1]), r.typeList(); !slices.Equal(got, want) {
-				t.Errorf("%s: event %s is headed %v, provider/ records it as %v", ts, reason, got, want)
-			}
+			checkReason(t, code, ts, reason, m[1], "has a section for", "headed")
 		}
 	}
 	for reason := range code {
@@ -86,6 +75,23 @@ func TestEventReasonsDocumented(t *testing.T) {
 			t.Errorf("%s: no section for event reason %s", ts, reason)
 		}
 	}
+}
+
+// checkReason checks an event reason that file names, and the types it
+// gives it in types, against provider/'s; names and shows word the errors
+// ("documents", "documented as"). It returns nil for a reason provider/
+// does not record.
+func checkReason(t *testing.T, code map[string]*reasonInfo, file, reason, types, names, shows string) *reasonInfo {
+	t.Helper()
+	r, ok := code[reason]
+	if !ok {
+		t.Errorf("%s %s event reason %q, which provider/ does not record", file, names, reason)
+		return nil
+	}
+	if got, want := typesOf(types), r.typeList(); !slices.Equal(got, want) {
+		t.Errorf("%s: event %s is %s %v, provider/ records it as %v", file, reason, shows, got, want)
+	}
+	return r
 }
 
 type reasonInfo struct {
@@ -186,48 +192,43 @@ func codeEventReasons(t *testing.T) map[string]*reasonInfo {
 		}
 		return false
 	}
-	funcs := p.funcs()
-	for _, fd := range funcs {
-		loc := locals(fd)
-		ast.Inspect(fd.Body, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			for i, a := range call.Args {
-				typ := eventType(a)
-				if typ == "" || i+1 >= len(call.Args) {
-					continue
+	// calls calls visit with every call in provider/'s functions, with the
+	// function and its locals.
+	calls := func(visit func(fd *ast.FuncDecl, loc map[string][]string, call *ast.CallExpr)) {
+		for _, fd := range p.funcs() {
+			loc := locals(fd)
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				if call, ok := n.(*ast.CallExpr); ok {
+					visit(fd, loc, call)
 				}
-				if record(fd, loc, call.Args[i+1], typ) && i+2 < len(call.Args) {
-					if lit, ok := call.Args[i+2].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						if id, ok := call.Args[i+1].(*ast.Ident); ok && consts[id.Name] != "" {
-							format, _ := strconv.Unquote(lit.Value)
-							r := out[consts[id.Name]]
-							if !slices.Contains(r.formats, format) {
-								r.formats = append(r.formats, format)
-							}
+				return true
+			})
+		}
+	}
+	calls(func(fd *ast.FuncDecl, loc map[string][]string, call *ast.CallExpr) {
+		for i, a := range call.Args {
+			typ := eventType(a)
+			if typ == "" || i+1 >= len(call.Args) {
+				continue
+			}
+			if record(fd, loc, call.Args[i+1], typ) && i+2 < len(call.Args) {
+				if lit, ok := call.Args[i+2].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if id, ok := call.Args[i+1].(*ast.Ident); ok && consts[id.Name] != "" {
+						format, _ := strconv.Unquote(lit.Value)
+						r := out[consts[id.Name]]
+						if !slices.Contains(r.formats, format) {
+							r.formats = append(r.formats, format)
 						}
 					}
 				}
 			}
-			return true
-		})
-	}
-	for _, fd := range funcs {
-		loc := locals(fd)
-		ast.Inspect(fd.Body, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			fw, ok := forwarders[calledName(call)]
-			if ok && fw.param < len(call.Args) {
-				record(fd, loc, call.Args[fw.param], fw.typ)
-			}
-			return true
-		})
-	}
+		}
+	})
+	calls(func(fd *ast.FuncDecl, loc map[string][]string, call *ast.CallExpr) {
+		if fw, ok := forwarders[calledName(call)]; ok && fw.param < len(call.Args) {
+			record(fd, loc, call.Args[fw.param], fw.typ)
+		}
+	})
 	for name, v := range consts {
 		if len(out[v].types) == 0 {
 			t.Errorf("provider.%s (%q) is never recorded as an event (or this test cannot see how)", name, v)

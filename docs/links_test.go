@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"unicode"
 )
-
-// mdLink is an inline Markdown link or image: [text](target).
-var mdLink = regexp.MustCompile(`!?\[[^\]\n]*\]\(([^)\s]+)\)`)
 
 // TestLinksResolve: every relative link of every document points at a file
 // or directory that exists, and a #fragment at a heading of the Markdown
@@ -75,16 +71,9 @@ func TestLinksResolve(t *testing.T) {
 func headingAnchors(md string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	all, prose := lines(md)
-	for i, l := range all {
-		if !prose[i] {
-			continue
-		}
-		n, text := headingLevel(l)
-		if n == 0 {
-			continue
-		}
-		text = strings.TrimSpace(strings.TrimRight(text, "#"))
+	_, hs := headings(md)
+	for _, h := range hs {
+		text := strings.TrimSpace(strings.TrimRight(h.text, "#"))
 		text = mdLink.ReplaceAllStringFunc(text, func(s string) string {
 			return s[strings.Index(s, "[")+1 : strings.Index(s, "](")]
 		})

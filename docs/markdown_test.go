@@ -34,42 +34,45 @@ func lines(md string) (all []string, prose []bool) {
 	return all, prose
 }
 
-func headingLevel(l string) (int, string) {
-	n := len(l) - len(strings.TrimLeft(l, "#"))
-	if n == 0 || n > 6 || !strings.HasPrefix(l[n:], " ") {
-		return 0, ""
-	}
-	return n, strings.TrimSpace(l[n:])
+// mdHeading is a heading of a document: its line's index, level and text.
+type mdHeading struct {
+	line, level int
+	text        string
 }
 
-// section is the text under the heading titled title, up to the next
-// heading of the same or a higher level (headings in code blocks do not count).
+// headings splits md into lines and finds its headings (those in fenced
+// code blocks do not count).
+func headings(md string) (all []string, hs []mdHeading) {
+	all, prose := lines(md)
+	for i, l := range all {
+		n := len(l) - len(strings.TrimLeft(l, "#"))
+		if prose[i] && n > 0 && n <= 6 && strings.HasPrefix(l[n:], " ") {
+			hs = append(hs, mdHeading{line: i, level: n, text: strings.TrimSpace(l[n:])})
+		}
+	}
+	return all, hs
+}
+
+// section is the text under the first heading titled title, up to the next
+// heading of the same or a higher level.
 func section(t *testing.T, md, title string) string {
 	t.Helper()
-	all, prose := lines(md)
-	start, level := -1, 0
-	for i, l := range all {
-		if !prose[i] {
+	all, hs := headings(md)
+	for i, h := range hs {
+		if h.text != title {
 			continue
 		}
-		n, text := headingLevel(l)
-		if n == 0 {
-			continue
-		}
-		if start < 0 {
-			if text == title {
-				start, level = i+1, n
+		end := len(all)
+		for _, next := range hs[i+1:] {
+			if next.level <= h.level {
+				end = next.line
+				break
 			}
-			continue
 		}
-		if n <= level {
-			return strings.Join(all[start:i], "\n")
-		}
+		return strings.Join(all[h.line+1:end], "\n")
 	}
-	if start < 0 {
-		t.Fatalf("no section %q", title)
-	}
-	return strings.Join(all[start:], "\n")
+	t.Fatalf("no section %q", title)
+	return ""
 }
 
 type table struct {
@@ -118,6 +121,9 @@ func cells(row string) []string {
 	}
 	return append(out, strings.TrimSpace(cur.String()))
 }
+
+// mdLink is an inline Markdown link or image: [text](target).
+var mdLink = regexp.MustCompile(`!?\[[^\]\n]*\]\(([^)\s]+)\)`)
 
 var codeSpan = regexp.MustCompile("`([^`\n]+)`")
 
