@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/labcloud/labcloud/examples"
+	"github.com/labcloud/labcloud/internal/e2etest"
 	"github.com/labcloud/labcloud/lab/controlplane"
 	"github.com/labcloud/labcloud/provider"
 )
@@ -44,7 +45,7 @@ const debPackage = "libvirt-cloud-controller-manager"
 func TestDebPackage(t *testing.T) {
 	requireEnv(t)
 	tmp := t.TempDir()
-	deb := makeDeb(t, tmp)
+	deb := e2etest.MakeDeb(t, tmp)
 	checkDebArchive(t, deb)
 	root := filepath.Join(tmp, "root")
 	dpkgInstall(t, root, deb)
@@ -200,25 +201,6 @@ func stockDefaultNetwork(t *testing.T) {
 		}
 		n.Free()
 	})
-}
-
-// makeDeb runs `make deb` into dir and returns the one package it made.
-func makeDeb(t *testing.T, dir string) string {
-	t.Helper()
-	dist := filepath.Join(dir, "dist")
-	cmd := exec.Command("make", "-s", "deb", "BIN="+filepath.Join(dir, "bin"), "DIST="+dist)
-	cmd.Dir = env.repo
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make deb: %v\n%s", err, out)
-	}
-	debs, _ := filepath.Glob(filepath.Join(dist, "*.deb"))
-	if len(debs) != 1 {
-		t.Fatalf("make deb made %q, want one .deb", debs)
-	}
-	if fi, err := os.Stat(debs[0]); err == nil {
-		t.Logf("%s: %.1f MB", filepath.Base(debs[0]), float64(fi.Size())/1e6)
-	}
-	return debs[0]
 }
 
 // checkDebArchive checks the package's control fields and file list.

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/labcloud/labcloud/examples"
+	"github.com/labcloud/labcloud/internal/e2etest"
 	"github.com/labcloud/labcloud/internal/frr"
 	"github.com/labcloud/labcloud/test/systemdroot"
 )
@@ -57,7 +58,7 @@ func TestDebUnderSystemd(t *testing.T) {
 	requireUnitPort(t)
 	ctx := context.Background()
 	tmp := t.TempDir()
-	deb := makeDeb(t, tmp)
+	deb := e2etest.MakeDeb(t, tmp)
 	kvm2 := startSSHHost(t)
 	if _, _, err := kvm2.GrantSSH(tmp, sshHostAddr, ""); err != nil { // tmp/id_ed25519, tmp/known_hosts
 		t.Fatal(err)

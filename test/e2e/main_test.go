@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"libvirt.org/go/libvirt"
 
+	"github.com/labcloud/labcloud/internal/e2etest"
 	"github.com/labcloud/labcloud/lab/controlplane"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 )
@@ -132,8 +132,7 @@ func setUpAndRun(m *testing.M, tools string) (int, error) {
 			fmt.Fprintln(os.Stderr, "e2e: logs kept in", dir)
 		}
 	}()
-	_, file, _, _ := runtime.Caller(0)
-	env.repo = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	env.repo = e2etest.RepoRoot()
 
 	env.ccmBin = filepath.Join(dir, "libvirt-cloud-controller-manager")
 	build := exec.Command("make", "-s", "build", "BIN="+dir)

@@ -18,6 +18,7 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/vishvananda/netns"
 
+	"github.com/labcloud/labcloud/internal/e2etest"
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/test/systemdroot"
 )
@@ -41,7 +42,7 @@ func checkInstalled(t *testing.T, l *labcloud, vip string, pods map[string]strin
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	deb := makeDeb(t, dir)
+	deb := e2etest.MakeDeb(t, dir)
 	if err := systemdroot.InstallMissing(ctx, "mmdebstrap", "systemd-container"); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func checkPurge(t *testing.T, m *systemdroot.Machine, vip string) {
 // docsBlock is the first ```sh block after heading in docs/install-kubeadm.md.
 func docsBlock(t *testing.T, heading string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "install-kubeadm.md"))
+	data, err := os.ReadFile(filepath.Join(e2etest.RepoRoot(), "docs", "install-kubeadm.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,20 +203,6 @@ func docsBlock(t *testing.T, heading string) string {
 		t.Fatalf("docs/install-kubeadm.md has no sh block after %q", heading)
 	}
 	return script
-}
-
-func makeDeb(t *testing.T, dir string) string {
-	t.Helper()
-	cmd := exec.Command("make", "-s", "deb", "BIN="+filepath.Join(dir, "bin"), "DIST="+filepath.Join(dir, "dist"))
-	cmd.Dir = repoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make deb: %v\n%s", err, out)
-	}
-	debs, _ := filepath.Glob(filepath.Join(dir, "dist", "*.deb"))
-	if len(debs) != 1 {
-		t.Fatalf("make deb made %q, want one .deb", debs)
-	}
-	return debs[0]
 }
 
 func journal(m *systemdroot.Machine) string {

@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/labcloud/labcloud/internal/e2etest"
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/bench"
 	"github.com/labcloud/labcloud/lab/image"
@@ -31,7 +31,7 @@ func (l *labcloud) run(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, l.bin, append([]string{"--state-dir", l.dir}, args...)...)
-	cmd.Dir = repoRoot()
+	cmd.Dir = e2etest.RepoRoot()
 	// labcloud runs a copy of itself in the lab namespace (ip netns exec):
 	// a timeout must end both, or the copy keeps the output pipe open and
 	// finishes an up that nobody takes down.
@@ -49,11 +49,6 @@ func (l *labcloud) must(timeout time.Duration, args ...string) string {
 		l.t.Fatalf("labcloud %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
 func (l *labcloud) status() *lab.Status {
@@ -90,11 +85,7 @@ func newLabcloud(t *testing.T) *labcloud {
 		t.Skip("the lab test needs root (network namespace, libvirtd, QEMU); run `sudo make test`")
 	}
 	bin := t.TempDir()
-	cmd := exec.Command("make", "-s", "build", "BIN="+bin)
-	cmd.Dir = repoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make build: %v\n%s", err, out)
-	}
+	e2etest.Make(t, "build", "BIN="+bin)
 	l := &labcloud{t: t, bin: filepath.Join(bin, "labcloud"), dir: filepath.Join(t.TempDir(), "lab")}
 	t.Cleanup(func() {
 		if t.Failed() {
