@@ -154,7 +154,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 	)
 	if flags.Client != nil {
 		replica = replicaInformers(flags.Client)
-		if cfg.LoadBalancer.Bridge != "" && cfg.zonesHere() != nil || cfg.BGP.Enabled() && cfg.BGP.AnnounceVIPs {
+		if cfg.LoadBalancer.Bridge != "" && cfg.resolved.here != nil || cfg.BGP.Enabled() && cfg.BGP.AnnounceVIPs {
 			announced = newAnnouncedSource(ctx, replica, flags.Client, cfg.LoadBalancer.Serves, pools)
 		}
 	}
@@ -166,7 +166,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			klog.FromContext(ctx).Info("routes.bridge is set but --cluster-cidr is not: every CreateRoute will be refused", "bridge", cfg.Routes.Bridge)
 		}
 		c.routes.otherHost = cfg.onOtherHost()
-		if len(cfg.hypervisorHosts()) > 1 && replica != nil {
+		if len(cfg.resolved.hosts) > 1 && replica != nil {
 			if c.routeFollower, err = c.routes.follow(ctx, replica.Core().V1().Nodes()); err != nil {
 				return nil, fmt.Errorf("routes: %w", err)
 			}
@@ -176,7 +176,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs, c.instances); err != nil {
 			return nil, err
 		}
-		if announced != nil && cfg.zonesHere() != nil {
+		if announced != nil && cfg.resolved.here != nil {
 			if c.answerFollower, err = c.lb.follow(ctx, announced, c.hostHypervisors()); err != nil {
 				return nil, fmt.Errorf("loadBalancer: %w", err)
 			}

@@ -151,7 +151,7 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 		return nil, err
 	}
 	l.defended = defended
-	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools, in.cfg.zonesHere() != nil)
+	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools, in.cfg.resolved.here != nil)
 	l.role.stand(ctx)
 	go l.runAnnouncer(ctx)
 	return l, nil
@@ -173,7 +173,7 @@ func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances
 		selectsNS: pools.SelectsNamespaces(),
 		ann:       ann,
 		place: newPlacement(placementConfig{
-			bridge: cfg.Bridge, bridges: in.cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, here: in.cfg.zonesHere(), vipRoutes: vipRoutes,
+			bridge: cfg.Bridge, bridges: in.cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, here: in.cfg.resolved.here, vipRoutes: vipRoutes,
 		}),
 		loaded: make(chan struct{}),
 		warned: map[string]string{},
