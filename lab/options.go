@@ -19,7 +19,6 @@ import (
 
 	"github.com/labcloud/labcloud/examples"
 	"github.com/labcloud/labcloud/lab/uplink"
-	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 	"github.com/labcloud/labcloud/provider"
 )
@@ -344,8 +343,8 @@ func LoadLabCloudConfig(path string, a Addressing) ([]byte, error) {
 	return data, nil
 }
 
-// CheckLabCloudConfig checks that a valid cloud config fits the full lab
-// on a's network.
+// CheckLabCloudConfig checks that a cloud config, as loaded by
+// provider.LoadConfigFile, fits the full lab on a's network.
 // The CCM reads the file as it is, so it must name what the lab is made of:
 // the lab's libvirtd, its network, and its bridge for routes (up waits for
 // them, and status and chaos read them by protocol 76 in the main table).
@@ -384,12 +383,10 @@ func CheckLabCloudConfig(cfg provider.Config, a Addressing) error {
 		if lbc.Bridge != Bridge {
 			bad("loadBalancer.bridge", lbc.Bridge, "must be the lab's bridge "+Bridge+" (or leave loadBalancer out)")
 		}
-		if pools, err := lb.NewPools(lbc.Pools); err == nil {
-			for _, r := range reservedAddrs(a) {
-				if p, ok := pools.For(r); ok {
-					bad("loadBalancer.pools", p.Name(), fmt.Sprintf("holds %s, the lab's gateway or DHCP range (%s-%d, %s-%s)", r, a.Addr(dhcpFirst), dhcpLast, dhcp6First, dhcp6Last))
-					break
-				}
+		for _, r := range reservedAddrs(a) {
+			if p, ok := cfg.ParsedPools().For(r); ok {
+				bad("loadBalancer.pools", p.Name(), fmt.Sprintf("holds %s, the lab's gateway or DHCP range (%s-%d, %s-%s)", r, a.Addr(dhcpFirst), dhcpLast, dhcp6First, dhcp6Last))
+				break
 			}
 		}
 	}

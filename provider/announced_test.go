@@ -229,16 +229,10 @@ func TestClaimReporterTellsOnceAfterGrace(t *testing.T) {
 // VIPs. Refused claims are told after grace.
 func followOn(t *testing.T, f *lbFixture, pools []lb.PoolConfig, zone string, vipRoutes pathSetter, grace time.Duration) *fakeAnnouncer {
 	t.Helper()
-	follower, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: pools}, []Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), vipRoutes, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := lb.NewPools(pools)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := lbConfig(t, pools)
+	follower := newLoadBalancerWith(cfg, []Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), vipRoutes, nil)
 	factory := informers.NewSharedInformerFactory(f.client, 0)
-	src := newAnnouncedSource(f.ctx, factory, f.client, LoadBalancerConfig{}.Serves, parsed)
+	src := newAnnouncedSource(f.ctx, factory, f.client, LoadBalancerConfig{}.Serves, cfg.ParsedPools())
 	src.grace = grace
 	fw, err := follower.follow(f.ctx, src, []hostHypervisor{{domains: hostOfZone{f.hv, zone}, bridge: testBridge}})
 	if err != nil {

@@ -152,10 +152,10 @@ func TestRouteFieldsChanged(t *testing.T) {
 // replica announces only the Nodes of its own host's zones, while a CIDR's
 // owner is still decided over every Node.
 func TestBGPRoutesOfThisHostOnly(t *testing.T) {
-	cfg := Config{Host: "kvm1", Hypervisors: []HypervisorConfig{
+	cfg := resolvedOf(t, Config{Host: "kvm1", Hypervisors: []HypervisorConfig{
 		{URI: "qemu:///system", Zone: "z1", Host: "kvm1"},
 		{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"},
-	}}
+	}})
 	inZone := func(n *v1.Node, zone string) *v1.Node {
 		if zone != "" {
 			n.Labels = map[string]string{v1.LabelTopologyZone: zone}
@@ -175,6 +175,7 @@ func TestBGPRoutesOfThisHostOnly(t *testing.T) {
 		t.Errorf("kvm1 announces %v, want %v (its own Node only; 10.244.2.0/24 is b-kvm2's, announced on kvm2)", routes, want)
 	}
 	cfg.Host = "kvm2"
+	cfg = resolvedOf(t, cfg)
 	routes, _ = bgpRoutes(nodes, rules, cfg.onThisHost())
 	want = []bgp.Route{{Prefix: netip.MustParsePrefix("10.244.2.0/24"), NextHop: netip.MustParseAddr("10.0.0.12")}}
 	if !reflect.DeepEqual(routes, want) {
@@ -182,7 +183,7 @@ func TestBGPRoutesOfThisHostOnly(t *testing.T) {
 	}
 
 	// One host, even a remote one this CCM does not run on: every Node.
-	one := Config{Host: "ctl", Hypervisors: []HypervisorConfig{{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"}}}
+	one := resolvedOf(t, Config{Host: "ctl", Hypervisors: []HypervisorConfig{{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"}}})
 	if routes, _ := bgpRoutes(nodes, rules, one.onThisHost()); len(routes) != 3 {
 		t.Errorf("with one hypervisor host the CCM announces %v, want the 3 CIDRs of every Node", routes)
 	}
@@ -192,10 +193,10 @@ func TestBGPRoutesOfThisHostOnly(t *testing.T) {
 // host route via the node its Announced condition names, of the VIP's
 // family, from that node's host only.
 func TestVIPRoutes(t *testing.T) {
-	cfg := Config{Host: "kvm1", Hypervisors: []HypervisorConfig{
+	cfg := resolvedOf(t, Config{Host: "kvm1", Hypervisors: []HypervisorConfig{
 		{URI: "qemu:///system", Zone: "z1", Host: "kvm1"},
 		{URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"},
-	}}
+	}})
 	zoned := func(n *v1.Node, zone string) *v1.Node {
 		n.Labels = map[string]string{v1.LabelTopologyZone: zone}
 		return n
@@ -240,6 +241,7 @@ func TestVIPRoutes(t *testing.T) {
 		t.Errorf("refused %q, want %q", refused, want)
 	}
 	cfg.Host = "kvm2"
+	cfg = resolvedOf(t, cfg)
 	if routes, _ := vipRoutes(answers, nodes, cfg.onThisHost()); !reflect.DeepEqual(routes, []bgp.Route{r("10.0.0.201/32", "10.0.0.12")}) {
 		t.Errorf("kvm2 announces %v, want 10.0.0.201/32 via b", routes)
 	}

@@ -18,7 +18,6 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
 
-	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/provider/outofservice"
 )
@@ -100,9 +99,9 @@ type Flags struct {
 	Client kubernetes.Interface
 }
 
-// Open connects to every configured hypervisor (in the background: an
-// unreachable hypervisor makes lookups fail, not start-up) and returns the
-// provider. The connections live until ctx ends.
+// Open connects to every hypervisor of cfg (as loaded by LoadConfigFile;
+// in the background: an unreachable hypervisor makes lookups fail, not
+// start-up) and returns the provider. The connections live until ctx ends.
 func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 	sources := make([]libvirtcloud.AddressSource, 0, len(cfg.AddressSources))
 	for _, s := range cfg.AddressSources {
@@ -115,15 +114,9 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			sources = append(sources, libvirtcloud.SourceARP)
 		}
 	}
-	var (
-		pools   *lb.Pools             // nil without pools
-		inPools func(netip.Addr) bool // nil without pools
-	)
+	pools := cfg.ParsedPools()
+	var inPools func(netip.Addr) bool // nil without pools
 	if len(cfg.LoadBalancer.Pools) > 0 {
-		var err error
-		if pools, err = lb.NewPools(cfg.LoadBalancer.Pools); err != nil {
-			return nil, fmt.Errorf("loadBalancer.pools: %w", err)
-		}
 		inPools = func(ip netip.Addr) bool { _, in := pools.For(ip); return in }
 	}
 	hvs := make([]Hypervisor, 0, len(cfg.Hypervisors))
@@ -144,7 +137,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		hvs, opened = append(hvs, h), append(opened, h)
 	}
 	if cfg.LoadBalancer.Bridge != "" {
-		if err := checkPoolsAtStart(ctx, cfg.LoadBalancer, opened); err != nil {
+		if err := checkPoolsAtStart(ctx, cfg.LoadBalancer.Bridge, pools, opened); err != nil {
 			return nil, err
 		}
 	}
@@ -159,7 +152,7 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 	)
 	if flags.Client != nil {
 		replica = replicaInformers(flags.Client)
-		if cfg.LoadBalancer.Bridge != "" && cfg.zonesHere() != nil || cfg.BGP.Enabled() && cfg.BGP.AnnounceVIPs {
+		if cfg.LoadBalancer.Bridge != "" && cfg.resolved.here != nil || cfg.BGP.Enabled() && cfg.BGP.AnnounceVIPs {
 			announced = newAnnouncedSource(ctx, replica, flags.Client, cfg.LoadBalancer.Serves, pools)
 		}
 	}
@@ -171,17 +164,17 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 			klog.FromContext(ctx).Info("routes.bridge is set but --cluster-cidr is not: every CreateRoute will be refused", "bridge", cfg.Routes.Bridge)
 		}
 		c.routes.otherHost = cfg.onOtherHost()
-		if len(cfg.hypervisorHosts()) > 1 && replica != nil {
+		if len(cfg.resolved.hosts) > 1 && replica != nil {
 			if c.routeFollower, err = c.routes.follow(ctx, replica.Core().V1().Nodes()); err != nil {
 				return nil, fmt.Errorf("routes: %w", err)
 			}
 		}
 	}
 	if cfg.LoadBalancer.Bridge != "" {
-		if c.lb, err = newLoadBalancer(ctx, cfg.LoadBalancer, hvs, c.instances); err != nil {
+		if c.lb, err = newLoadBalancer(ctx, &c.cfg, hvs, c.instances); err != nil {
 			return nil, err
 		}
-		if announced != nil && cfg.zonesHere() != nil {
+		if announced != nil && cfg.resolved.here != nil {
 			if c.answerFollower, err = c.lb.follow(ctx, announced, c.hostHypervisors()); err != nil {
 				return nil, fmt.Errorf("loadBalancer: %w", err)
 			}

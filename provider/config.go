@@ -26,7 +26,8 @@ import (
 
 // Config is the one typed document read from --cloud-config. Defaults are
 // filled in first, the file is unmarshalled over them (unknown fields are an
-// error), and Validate names the field and value of anything wrong.
+// error), complete names the field and value of anything wrong, and what
+// the consumers derive from it is resolved once (resolve).
 type Config struct {
 	// Region is applied as topology.kubernetes.io/region to every Node.
 	Region string `json:"region"`
@@ -57,6 +58,10 @@ type Config struct {
 	// confirm shut off or crashed gets node.kubernetes.io/out-of-service
 	// (package outofservice); nil: yes.
 	OutOfServiceTaint *bool `json:"outOfServiceTaint"`
+
+	// resolved is derived from the fields above when the config is
+	// loaded (see resolve), not read from the file.
+	resolved resolved
 }
 
 // TaintsOutOfService reports whether OutOfServiceTaint is on.
@@ -229,7 +234,7 @@ var (
 	uriScheme  = regexp.MustCompile(`^[a-z][a-z0-9+]*://`)
 )
 
-// complete fills derived defaults and validates.
+// complete fills derived defaults, resolves and validates.
 func (c *Config) complete() error {
 	var errs []error
 	bad := func(field string, value any, why string) {
@@ -243,7 +248,8 @@ func (c *Config) complete() error {
 		errs = append(errs, errors.New("hypervisors: at least one libvirt URI is required"))
 	}
 	c.completeHypervisors(bad)
-	if hosts := c.hypervisorHosts(); len(hosts) > 1 && !slices.Contains(hosts, c.Host) {
+	poolsErr := c.resolve()
+	if hosts := c.resolved.hosts; len(hosts) > 1 && !slices.Contains(hosts, c.Host) {
 		bad("host", c.Host, fmt.Sprintf("is not the host of any hypervisor (%s); name the one this CCM runs on", strings.Join(hosts, ", ")))
 	}
 	for i, n := range c.Networks {
@@ -300,8 +306,8 @@ func (c *Config) complete() error {
 		if len(lbc.Pools) == 0 {
 			errs = append(errs, errors.New("loadBalancer.pools: at least one pool is required"))
 		}
-		if _, err := lb.NewPools(lbc.Pools); err != nil {
-			errs = append(errs, fmt.Errorf("loadBalancer.pools: %w", err))
+		if poolsErr != nil {
+			errs = append(errs, fmt.Errorf("loadBalancer.pools: %w", poolsErr))
 		}
 		if lbc.Class != "" {
 			if problems := validation.IsQualifiedName(lbc.Class); len(problems) > 0 || !strings.Contains(lbc.Class, "/") {
@@ -396,18 +402,6 @@ func (c *Config) completeHypervisors(bad badValue) {
 	}
 }
 
-// hypervisorHosts are the distinct hosts of the hypervisors, sorted.
-func (c *Config) hypervisorHosts() []string {
-	var hosts []string
-	for _, h := range c.Hypervisors {
-		if h.Host != "" {
-			hosts = append(hosts, h.Host)
-		}
-	}
-	slices.Sort(hosts)
-	return slices.Compact(hosts)
-}
-
 // hypervisorOf is the hypervisor whose zone is zone (a Domain's
 // Hypervisor field).
 func (c *Config) hypervisorOf(zone string) (HypervisorConfig, bool) {
@@ -419,12 +413,52 @@ func (c *Config) hypervisorOf(zone string) (HypervisorConfig, bool) {
 	return HypervisorConfig{}, false
 }
 
+// resolved is what loading derives from a Config's fields, once (resolve):
+// every consumer reads it, nothing parses or computes it again. A Config
+// changed after loading keeps the facts it was loaded with.
+type resolved struct {
+	// pools are loadBalancer.pools, parsed; empty without pools.
+	pools *lb.Pools
+	// hosts are the hypervisors' distinct hosts, sorted.
+	hosts []string
+	// here says which hypervisors' zones are on Host; nil with the
+	// hypervisors on one host (or none named), where all are.
+	here map[string]bool
+}
+
+// resolve derives c.resolved from the filled-in fields. The error is the
+// pools' (lb.NewPools's), for the caller to name the field.
+func (c *Config) resolve() error {
+	var r resolved
+	for _, h := range c.Hypervisors {
+		if h.Host != "" {
+			r.hosts = append(r.hosts, h.Host)
+		}
+	}
+	slices.Sort(r.hosts)
+	r.hosts = slices.Compact(r.hosts)
+	if len(r.hosts) > 1 {
+		r.here = map[string]bool{}
+		for _, h := range c.Hypervisors {
+			r.here[h.Zone] = h.Host == c.Host
+		}
+	}
+	pools, err := lb.NewPools(c.LoadBalancer.Pools)
+	r.pools = pools
+	c.resolved = r
+	return err
+}
+
+// ParsedPools are loadBalancer.pools as parsed when the config was loaded
+// (immutable; empty without pools).
+func (c *Config) ParsedPools() *lb.Pools { return c.resolved.pools }
+
 // onThisHost says whether a Node runs on this CCM's host: its zone's
 // hypervisor is on Host. With hypervisors on one host (or none named),
 // every Node is: no other replica would announce it. With several, a Node
 // whose zone names no hypervisor (not yet initialized) is no host's yet.
 func (c *Config) onThisHost() func(*v1.Node) bool {
-	here := c.zonesHere()
+	here := c.resolved.here
 	if here == nil {
 		return func(*v1.Node) bool { return true }
 	}
@@ -436,7 +470,7 @@ func (c *Config) onThisHost() func(*v1.Node) bool {
 // host; a Node whose zone names no hypervisor (not yet initialized) is on
 // none.
 func (c *Config) onOtherHost() func(*v1.Node) bool {
-	here := c.zonesHere()
+	here := c.resolved.here
 	if here == nil {
 		return nil
 	}
@@ -444,19 +478,6 @@ func (c *Config) onOtherHost() func(*v1.Node) bool {
 		mine, known := here[n.Labels[v1.LabelTopologyZone]]
 		return known && !mine
 	}
-}
-
-// zonesHere says which hypervisors' zones are on this CCM's host; nil
-// with hypervisors on one host (or none named), where all are.
-func (c *Config) zonesHere() map[string]bool {
-	if len(c.hypervisorHosts()) <= 1 {
-		return nil
-	}
-	here := map[string]bool{}
-	for _, h := range c.Hypervisors {
-		here[h.Zone] = h.Host == c.Host
-	}
-	return here
 }
 
 // guestBridges maps each hypervisor's zone to the bridge its guests use.

@@ -2,7 +2,9 @@ package provider
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -182,4 +184,52 @@ func TestRoutesProtocolOwnedElsewhere(t *testing.T) {
 			t.Errorf("routes.protocol %d: err = %v, want %q", tc.protocol, err, tc.want)
 		}
 	}
+}
+
+// Loading resolves, once, what the consumers read: the parsed pools, the
+// hypervisors' hosts and which zones are this host's.
+func TestLoadConfigResolves(t *testing.T) {
+	c, err := LoadConfig(strings.NewReader(`
+host: kvm-b
+hypervisors:
+- {uri: 'qemu+ssh://kvm-a/system', zone: z1}
+- {uri: 'qemu:///system', zone: z2}
+- {uri: 'qemu+ssh://kvm-a/session', zone: z3}
+loadBalancer: {bridge: br0, pools: [{name: lab, addresses: [10.0.0.0/28]}, {name: six, addresses: ['fd00::/120']}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := c.ParsedPools()
+	if pools == nil || len(pools.List()) != 2 || pools.List()[0].Name() != "lab" || pools.List()[1].Name() != "six" {
+		t.Fatalf("parsed pools = %v, want lab and six in order", pools)
+	}
+	if p, ok := pools.For(netip.MustParseAddr("fd00::7")); !ok || p.Name() != "six" {
+		t.Errorf("fd00::7 is in pool %v, want six", p)
+	}
+	if want := []string{"kvm-a", "kvm-b"}; !reflect.DeepEqual(c.resolved.hosts, want) {
+		t.Errorf("hosts = %v, want %v", c.resolved.hosts, want)
+	}
+	if want := map[string]bool{"z1": false, "z2": true, "z3": false}; !reflect.DeepEqual(c.resolved.here, want) {
+		t.Errorf("zones here = %v, want %v", c.resolved.here, want)
+	}
+
+	one, err := LoadConfig(strings.NewReader("host: ctl\nhypervisors: [{uri: 'qemu+ssh://kvm-a/system'}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.resolved.here != nil || len(one.ParsedPools().List()) != 0 || !reflect.DeepEqual(one.resolved.hosts, []string{"kvm-a"}) {
+		t.Errorf("one remote host, no pools: %+v, want no zones apart, no pools, host kvm-a", one.resolved)
+	}
+}
+
+// resolvedOf is c with what loading derives from its fields, taken as
+// filled in (nothing is defaulted or validated): for tests that build a
+// Config by hand.
+func resolvedOf(t *testing.T, c Config) Config {
+	t.Helper()
+	if err := c.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

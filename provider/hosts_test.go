@@ -65,10 +65,7 @@ func readyNode(name string) *v1.Node {
 // VIPs, and one whose only NIC is on a bridge of that name there may not.
 func TestPlacementFindsMACsOnTheirHypervisorsBridge(t *testing.T) {
 	c := twoHosts(t)
-	l, err := newLoadBalancerWith(c.cfg.LoadBalancer, c.hypervisors, c.instances, newFakeAnnouncer(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newLoadBalancerWith(&c.cfg, c.hypervisors, c.instances, newFakeAnnouncer(), nil, nil)
 	p := l.place
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, name := range []string{"node-c", "node-d"} {

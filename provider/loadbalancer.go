@@ -113,10 +113,11 @@ type loadBalancer struct {
 
 var _ cloudprovider.LoadBalancer = (*loadBalancer)(nil)
 
-func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervisor, in *instances) (*loadBalancer, error) {
-	ifi, err := net.InterfaceByName(cfg.Bridge)
+func newLoadBalancer(ctx context.Context, cfg *Config, hvs []Hypervisor, in *instances) (*loadBalancer, error) {
+	bridge := cfg.LoadBalancer.Bridge
+	ifi, err := net.InterfaceByName(bridge)
 	if err != nil {
-		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
+		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", bridge, err)
 	}
 	h, err := netlink.NewHandle()
 	if err != nil {
@@ -129,56 +130,50 @@ func newLoadBalancer(ctx context.Context, cfg LoadBalancerConfig, hvs []Hypervis
 		}
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
+		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", bridge, err)
 	}
 	var vipRoutes pathSetter
-	if cfg.RoutedTraffic != RoutedAnnouncer {
+	if cfg.LoadBalancer.RoutedTraffic != RoutedAnnouncer {
 		rh, err := netlink.NewHandle() // netroutes makes its handle strict
 		if err != nil {
 			return nil, fmt.Errorf("netlink: %w", err)
 		}
-		if vipRoutes, err = netroutes.New(rh, netroutes.Config{Bridge: cfg.Bridge, Protocol: netroutes.VIPProtocol}); err != nil {
+		if vipRoutes, err = netroutes.New(rh, netroutes.Config{Bridge: bridge, Protocol: netroutes.VIPProtocol}); err != nil {
 			rh.Close()
-			return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
+			return nil, fmt.Errorf("loadBalancer.bridge %q: %w", bridge, err)
 		}
 	}
-	edges, err := subnetEdges(h, cfg.Bridge)
+	edges, err := subnetEdges(h, bridge)
 	if err != nil {
-		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", cfg.Bridge, err)
+		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", bridge, err)
 	}
-	l, err := newLoadBalancerWith(cfg, hvs, in, ann, vipRoutes, edges)
-	if err != nil {
-		return nil, err
-	}
+	l := newLoadBalancerWith(cfg, hvs, in, ann, vipRoutes, edges)
 	l.defended = defended
-	l.role = newHostRole(cfg.Bridge, ann, l.alloc.InPools, in.cfg.zonesHere() != nil)
+	l.role = newHostRole(bridge, ann, l.alloc.InPools, cfg.resolved.here != nil)
 	l.role.stand(ctx)
 	go l.runAnnouncer(ctx)
 	return l, nil
 }
 
-// newLoadBalancerWith builds the load balancer over ann; vipRoutes, if not
-// nil, programs the host's routes to VIPs. The pools never hand out the
-// excluded addresses.
-func newLoadBalancerWith(cfg LoadBalancerConfig, hvs []Hypervisor, in *instances, ann Announcer, vipRoutes pathSetter, excluded []netip.Addr) (*loadBalancer, error) {
-	pools, err := lb.NewPools(cfg.Pools)
-	if err != nil {
-		return nil, fmt.Errorf("loadBalancer.pools: %w", err)
-	}
+// newLoadBalancerWith builds the load balancer of cfg (loaded) over ann;
+// vipRoutes, if not nil, programs the host's routes to VIPs. The pools
+// never hand out the excluded addresses.
+func newLoadBalancerWith(cfg *Config, hvs []Hypervisor, in *instances, ann Announcer, vipRoutes pathSetter, excluded []netip.Addr) *loadBalancer {
+	pools, bridge := cfg.resolved.pools, cfg.LoadBalancer.Bridge
 	alloc := lb.NewAllocator(pools.Excluding(excluded))
 	return &loadBalancer{
-		bridge:    cfg.Bridge,
-		serves:    cfg.Serves,
+		bridge:    bridge,
+		serves:    cfg.LoadBalancer.Serves,
 		alloc:     alloc,
 		selectsNS: pools.SelectsNamespaces(),
 		ann:       ann,
 		place: newPlacement(placementConfig{
-			bridge: cfg.Bridge, bridges: in.cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, here: in.cfg.zonesHere(), vipRoutes: vipRoutes,
+			bridge: bridge, bridges: cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, here: cfg.resolved.here, vipRoutes: vipRoutes,
 		}),
 		loaded: make(chan struct{}),
 		warned: map[string]string{},
 		waits:  map[string]waitState{},
-	}, nil
+	}
 }
 
 // start runs once this replica leads: it becomes the host's announcer,

@@ -361,11 +361,7 @@ func newLBFixtureOf(t *testing.T, pools []lb.PoolConfig, objects ...runtime.Obje
 	f.client = fake.NewClientset(objects...)
 	cfg := DefaultConfig()
 	in := &instances{cfg: &cfg, hypervisors: []Hypervisor{hv}}
-	l, err := newLoadBalancerWith(LoadBalancerConfig{Bridge: testBridge, Pools: pools},
-		[]Hypervisor{hv}, in, f.ann, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newLoadBalancerWith(lbConfig(t, pools), []Hypervisor{hv}, in, f.ann, nil, nil)
 	f.lb = l
 	// After its test, no pass of this fixture may run: the placement loop
 	// outlives ctx by the pass it is in (and may start one more), and the
@@ -1066,4 +1062,14 @@ func TestUnknownNodeKeepsVIPsForTheHold(t *testing.T) {
 		t.Fatalf("the VIP left before its hold ended: answered by %v, want %s", got, first.mac)
 	}
 	f.waitFor("move to the Ready node once the hold is over", func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+}
+
+// lbConfig is the defaults with a load balancer of pools on testBridge, as
+// loading resolves it.
+func lbConfig(t *testing.T, pools []lb.PoolConfig) *Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.LoadBalancer = LoadBalancerConfig{Bridge: testBridge, Pools: pools}
+	cfg = resolvedOf(t, cfg)
+	return &cfg
 }

@@ -44,15 +44,11 @@ const poolCheckWait = 10 * time.Second
 
 // checkPoolsAtStart checks the load-balancer pools against the bridge's own
 // addresses and the libvirt networks' addresses and DHCP ranges.
-func checkPoolsAtStart(ctx context.Context, cfg LoadBalancerConfig, hvs []*libvirtcloud.Hypervisor) error {
-	pools, err := lb.NewPools(cfg.Pools)
-	if err != nil {
-		return fmt.Errorf("loadBalancer.pools: %w", err)
-	}
+func checkPoolsAtStart(ctx context.Context, bridge string, pools *lb.Pools, hvs []*libvirtcloud.Hypervisor) error {
 	log := klog.FromContext(ctx)
-	taken, err := bridgeAddresses(&netlink.Handle{}, cfg.Bridge)
+	taken, err := bridgeAddresses(&netlink.Handle{}, bridge)
 	if err != nil {
-		log.Info("Load-balancer pools not checked against the bridge's addresses", "bridge", cfg.Bridge, "reason", err.Error())
+		log.Info("Load-balancer pools not checked against the bridge's addresses", "bridge", bridge, "reason", err.Error())
 	}
 	for _, h := range hvs {
 		wctx, cancel := context.WithTimeout(ctx, poolCheckWait)

@@ -76,7 +76,7 @@ func TestExamplePoolAgainstLibvirtDefaultNetwork(t *testing.T) {
 		{"192.168.122.199", ""},
 	} {
 		h := defaultNetworkHypervisor(t, tt.dhcpEnd)
-		err := checkPoolsAtStart(context.Background(), LoadBalancerConfig{Bridge: "lc-no-such-br", Pools: cfg.LoadBalancer.Pools}, []*libvirtcloud.Hypervisor{h})
+		err := checkPoolsAtStart(context.Background(), "lc-no-such-br", cfg.ParsedPools(), []*libvirtcloud.Hypervisor{h})
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("DHCP range up to %s: %v", tt.dhcpEnd, err)

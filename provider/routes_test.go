@@ -766,7 +766,7 @@ func TestRoutesLeaveOtherHostsNodesToThem(t *testing.T) {
 	remote.Labels = map[string]string{v1.LabelTopologyZone: "z2"}
 	local := rtNode("local-off-bridge", []string{"10.244.6.0/24"}, "10.77.6.10")
 	local.Labels = map[string]string{v1.LabelTopologyZone: "z1"}
-	cfg := Config{Host: "kvm1", Hypervisors: []HypervisorConfig{{URI: "qemu:///system", Zone: "z1", Host: "kvm1"}, {URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"}}}
+	cfg := resolvedOf(t, Config{Host: "kvm1", Hypervisors: []HypervisorConfig{{URI: "qemu:///system", Zone: "z1", Host: "kvm1"}, {URI: "qemu+ssh://kvm2/system", Zone: "z2", Host: "kvm2"}}})
 	r := &routes{bridge: "br-test", table: table, cluster: rtCluster, otherHost: cfg.onOtherHost()}
 	startRoutes(t, r, remote, local)
 	ctx := context.Background()
@@ -789,7 +789,7 @@ func TestRoutesLeaveOtherHostsNodesToThem(t *testing.T) {
 	if err := r.DeleteRoute(ctx, "kubernetes", listed[0]); err != nil || table.writes != 0 {
 		t.Errorf("DeleteRoute of the remote Node's route: %v, %d writes; want nothing done here", err, table.writes)
 	}
-	if (&Config{Host: "kvm1", Hypervisors: cfg.Hypervisors[:1]}).onOtherHost() != nil {
+	if one := resolvedOf(t, Config{Host: "kvm1", Hypervisors: cfg.Hypervisors[:1]}); one.onOtherHost() != nil {
 		t.Error("with one host every Node is this host's")
 	}
 }

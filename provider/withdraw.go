@@ -16,11 +16,12 @@ type Withdrawn struct {
 	Routes, VIPRoutes, Neighbours int
 }
 
-// Withdraw removes from this host's kernel what a CCM with cfg wrote: its
-// pod-CIDR routes, its VIP routes and the VIPs' permanent neighbour entries
-// on the load balancer's bridge (only addresses of its pools). Removing the
-// package runs it; a restart never does, so that answers and routes
-// outlive a restart. A bridge that does not exist holds nothing to remove.
+// Withdraw removes from this host's kernel what a CCM with cfg (as loaded
+// by LoadConfigFile) wrote: its pod-CIDR routes, its VIP routes and the
+// VIPs' permanent neighbour entries on the load balancer's bridge (only
+// addresses of its pools). Removing the package runs it; a restart never
+// does, so that answers and routes outlive a restart. A bridge that does
+// not exist holds nothing to remove.
 func Withdraw(cfg Config) (Withdrawn, error) {
 	var (
 		out  Withdrawn
@@ -59,7 +60,7 @@ func Withdraw(cfg Config) (Withdrawn, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("VIP routes on %s: %w", b, err))
 		}
-		n, err := withdrawNeighbours(h, b, cfg.LoadBalancer.Pools)
+		n, err := withdrawNeighbours(h, b, cfg.ParsedPools())
 		out.Neighbours = n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("neighbour entries on %s: %w", b, err))
@@ -75,11 +76,7 @@ func linkExists(h *netlink.Handle, name string) bool {
 
 // withdrawNeighbours deletes the permanent neighbour entries on bridge for
 // addresses in the pools: the announcer's record of the VIPs it answered.
-func withdrawNeighbours(h *netlink.Handle, bridge string, pools []lb.PoolConfig) (int, error) {
-	p, err := lb.NewPools(pools)
-	if err != nil {
-		return 0, err
-	}
+func withdrawNeighbours(h *netlink.Handle, bridge string, pools *lb.Pools) (int, error) {
 	link, err := h.LinkByName(bridge)
 	if err != nil {
 		return 0, err
@@ -99,7 +96,7 @@ func withdrawNeighbours(h *netlink.Handle, bridge string, pools []lb.PoolConfig)
 		if !ok || list[i].State&netlink.NUD_PERMANENT == 0 {
 			continue
 		}
-		if _, in := p.For(ip.Unmap()); !in {
+		if _, in := pools.For(ip.Unmap()); !in {
 			continue
 		}
 		if err := h.NeighDel(&list[i]); err != nil {

@@ -21,10 +21,10 @@ func TestWithdrawLeavesOnlyWhatIsNotOwned(t *testing.T) {
 	} {
 		l.ip(t, args...)
 	}
-	cfg := Config{
+	cfg := resolvedOf(t, Config{
 		Routes:       RoutesConfig{Bridge: "rtbr0"},
 		LoadBalancer: LoadBalancerConfig{Bridge: "rtbr0", Pools: []lb.PoolConfig{{Name: "p", Addresses: []string{"192.168.77.200-192.168.77.210"}}}},
-	}
+	})
 	var got Withdrawn
 	var err error
 	l.inNetns(t, func() { got, err = Withdraw(cfg) })
