@@ -73,6 +73,7 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 	h.mu.Lock()
 	old, oldBad := h.domains, h.bad
 	h.domains, h.bad = newIndex(), make(map[string]UnparsableDomain, len(bad))
+	h.domains.tapsGone = old.tapsGone
 	var news []UnparsableDomain
 	for _, u := range bad {
 		if prev, had := oldBad[u.UUID]; had && prev.Reason == u.Reason {
@@ -99,6 +100,9 @@ func (h *Hypervisor) resync(ctx context.Context, conn *libvirt.Connect, full boo
 	for u, d := range old.byUUID {
 		_, still := h.domains.byUUID[u]
 		_, isBad := h.bad[u]
+		if !still {
+			h.domains.forgetTaps(u)
+		}
 		if !still && !isBad {
 			changed = append(changed, Event{Domain: d, Removed: true})
 		}
@@ -155,6 +159,13 @@ func (h *Hypervisor) describeAs(dom *libvirt.Domain, state State) (Domain, error
 // event is published first, so that subscribers (VIP failover) react
 // without waiting for the follow-up libvirt calls.
 func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEvent) {
+	if ev.event == eventTapGone || ev.event == eventTapBack {
+		refresh, ok := h.applyTap(ctx, ev)
+		if !ok {
+			return
+		}
+		ev = refresh
+	}
 	h.mu.Lock()
 	d, known := h.domains.byUUID[ev.uuid]
 	delete(h.agent, ev.uuid)
@@ -173,6 +184,7 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 		}
 		if ev.event == libvirt.DOMAIN_EVENT_UNDEFINED {
 			h.domains.remove(ev.uuid)
+			h.domains.forgetTaps(ev.uuid)
 			h.cached()
 			h.mu.Unlock()
 			h.subs.publish(Event{Domain: d, Removed: true})
@@ -189,6 +201,7 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 	if isNoDomain(err) {
 		h.mu.Lock()
 		old, had := h.domains.remove(ev.uuid)
+		h.domains.forgetTaps(ev.uuid)
 		delete(h.bad, ev.uuid)
 		h.cached()
 		h.mu.Unlock()

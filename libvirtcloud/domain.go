@@ -64,6 +64,13 @@ type Interface struct {
 	MAC     string // lower case
 	Network string // libvirt network name, if attached to one
 	Bridge  string // host bridge, when known
+	// Target is the host's device for the NIC (the tap, e.g. vnet3)
+	// while the domain runs.
+	Target string
+	// TapGone: the host saw Target deleted or leave its bridge since the
+	// definition was last read (Hypervisor.TapGone), so the NIC carries
+	// no traffic, whatever libvirt says yet.
+	TapGone bool
 }
 
 // Domain is a snapshot of what the cloud provider needs to know about a
@@ -136,6 +143,9 @@ func parseDomainXML(desc string) (Domain, error) {
 				continue
 			}
 			i := Interface{MAC: strings.ToLower(ifc.MAC.Address)}
+			if ifc.Target != nil {
+				i.Target = ifc.Target.Dev
+			}
 			if s := ifc.Source; s != nil {
 				if s.Network != nil {
 					i.Network, i.Bridge = s.Network.Network, s.Network.Bridge

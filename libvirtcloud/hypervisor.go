@@ -89,6 +89,7 @@ type rawEvent struct {
 	event  libvirt.DomainEventType
 	detail int
 	at     time.Time // when the callback ran
+	tap    string    // the host device of eventTapGone and eventTapBack
 }
 
 // Open starts maintaining a connection to opts.URI until ctx ends. It does

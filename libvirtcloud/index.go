@@ -1,6 +1,9 @@
 package libvirtcloud
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // index holds the cached domains and the maps that find them in O(1).
 // It is not safe for concurrent use; Hypervisor guards it.
@@ -8,15 +11,21 @@ type index struct {
 	byUUID map[string]Domain
 	byName map[string]string // name → uuid
 	byMAC  map[string]string // mac → uuid
+	// tapsGone are the targets (taps) seen to leave the bridge while
+	// their domain ran: target → uuid. A definition read afresh while
+	// libvirt still lists the target keeps the NIC marked TapGone.
+	tapsGone map[string]string
 }
 
 func newIndex() index {
-	return index{byUUID: map[string]Domain{}, byName: map[string]string{}, byMAC: map[string]string{}}
+	return index{byUUID: map[string]Domain{}, byName: map[string]string{}, byMAC: map[string]string{}, tapsGone: map[string]string{}}
 }
 
-// put adds or replaces d and returns the previous snapshot, if any.
+// put adds or replaces d and returns the previous snapshot, if any. Its
+// NICs whose taps are gone are marked so.
 func (x *index) put(d Domain) (Domain, bool) {
 	old, had := x.remove(d.UUID)
+	d = x.markTapsGone(d)
 	x.byUUID[d.UUID] = d
 	x.byName[d.Name] = d.UUID
 	for _, i := range d.Interfaces {
@@ -25,6 +34,8 @@ func (x *index) put(d Domain) (Domain, bool) {
 	return old, had
 }
 
+// remove drops the domain; the taps it lost stay noted until put or
+// forgetTaps (put after remove is how a domain is replaced).
 func (x *index) remove(uuid string) (Domain, bool) {
 	old, had := x.byUUID[uuid]
 	if !had {
@@ -72,4 +83,64 @@ func (x *index) byAddress(ip netip.Addr, leases map[string][]netip.Addr, agent m
 		}
 	}
 	return Domain{}, false
+}
+
+// markTapsGone returns d with the NICs whose taps are gone marked TapGone
+// (a copy of its interfaces if any changes: a Domain is a value), and
+// forgets the gone taps of d that its definition no longer names.
+func (x *index) markTapsGone(d Domain) Domain {
+	named, cloned := map[string]bool{}, false
+	for i, ifc := range d.Interfaces {
+		if ifc.Target == "" || x.tapsGone[ifc.Target] != d.UUID {
+			continue
+		}
+		named[ifc.Target] = true
+		if !ifc.TapGone {
+			if !cloned {
+				d.Interfaces, cloned = slices.Clone(d.Interfaces), true
+			}
+			d.Interfaces[i].TapGone = true
+		}
+	}
+	for tap, u := range x.tapsGone {
+		if u == d.UUID && !named[tap] {
+			delete(x.tapsGone, tap)
+		}
+	}
+	return d
+}
+
+// tapGone notes that tap left the bridge and marks the running domain's
+// NIC; it returns the domain if one changed.
+func (x *index) tapGone(tap string) (Domain, bool) {
+	for _, d := range x.byUUID {
+		if d.State.Down() {
+			continue
+		}
+		for _, ifc := range d.Interfaces {
+			if ifc.Target == tap && !ifc.TapGone {
+				x.tapsGone[tap] = d.UUID
+				x.put(d)
+				return x.byUUID[d.UUID], true
+			}
+		}
+	}
+	return Domain{}, false
+}
+
+// tapBack forgets that tap left the bridge; it returns the domain whose
+// NIC it was, to be read afresh.
+func (x *index) tapBack(tap string) (uuid string, ok bool) {
+	uuid, ok = x.tapsGone[tap]
+	delete(x.tapsGone, tap)
+	return uuid, ok
+}
+
+// forgetTaps forgets the gone taps of a domain that left the cache.
+func (x *index) forgetTaps(uuid string) {
+	for tap, u := range x.tapsGone {
+		if u == uuid {
+			delete(x.tapsGone, tap)
+		}
+	}
 }

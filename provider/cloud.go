@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/libvirtcloud/tapwatch"
 	"github.com/labcloud/labcloud/provider/outofservice"
 )
 
@@ -139,6 +142,13 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 	if cfg.LoadBalancer.Bridge != "" {
 		if err := checkPoolsAtStart(ctx, cfg.LoadBalancer.Bridge, pools, opened); err != nil {
 			return nil, err
+		}
+		// A guest's tap leaving the bridge moves its VIPs before libvirt
+		// reports the domain stopped.
+		if here := localTaps(&cfg, opened); len(here) > 0 {
+			if err := tapwatch.Watch(ctx, here); err != nil {
+				return nil, err
+			}
 		}
 	}
 	c := New(cfg, hvs)
@@ -361,4 +371,33 @@ type outOfServicePart struct{ *outofservice.Controller }
 
 func (p outOfServicePart) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
 	return p.Start(ctx, client, factory, recorder)
+}
+
+// localTaps are the hypervisors whose guests' taps are this host's: on
+// this host by the config, and reached through a local socket.
+func localTaps(cfg *Config, opened []*libvirtcloud.Hypervisor) tapHandlers {
+	var here tapHandlers
+	for _, h := range opened {
+		u, err := url.Parse(h.URI())
+		if err == nil && u.Host == "" && (cfg.resolved.here == nil || cfg.resolved.here[h.Zone()]) {
+			here = append(here, h)
+		}
+	}
+	return here
+}
+
+// tapHandlers tells every local hypervisor of a tap: only the one whose
+// domain it was acts on it.
+type tapHandlers []*libvirtcloud.Hypervisor
+
+func (hs tapHandlers) TapGone(dev string, at time.Time) {
+	for _, h := range hs {
+		h.TapGone(dev, at)
+	}
+}
+
+func (hs tapHandlers) TapBack(dev string) {
+	for _, h := range hs {
+		h.TapBack(dev)
+	}
 }

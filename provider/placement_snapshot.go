@@ -311,9 +311,10 @@ func (p *placement) bridgeOf(zone string) string {
 	return p.bridge
 }
 
+// macOn is the MAC of d's NIC on bridge, unless that NIC's tap is gone.
 func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
 	for _, i := range d.Interfaces {
-		if i.Bridge != bridge {
+		if i.Bridge != bridge || i.TapGone {
 			continue
 		}
 		if mac, err := net.ParseMAC(i.MAC); err == nil && len(mac) == len(macKey{}) {

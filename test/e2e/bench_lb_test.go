@@ -1,14 +1,19 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -297,7 +302,7 @@ var libvirtEventsOnce sync.Once
 // reports domain lifecycle events. The default event loop must exist
 // before a connection that wants events is opened; env.virt predates it
 // and keeps working without it.
-func lifecycleEvents(b *testing.B) (<-chan domainEvent, func()) {
+func lifecycleEvents(b testing.TB) (<-chan domainEvent, func()) {
 	var err error
 	libvirtEventsOnce.Do(func() {
 		if err = libvirt.EventRegisterDefaultImpl(); err != nil {
@@ -342,7 +347,7 @@ type domainEvent struct {
 
 // waitDomainEvent returns the time of the next event of this type for the
 // named domain.
-func waitDomainEvent(b *testing.B, ch <-chan domainEvent, name string, typ libvirt.DomainEventType) time.Time {
+func waitDomainEvent(b testing.TB, ch <-chan domainEvent, name string, typ libvirt.DomainEventType) time.Time {
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
@@ -372,7 +377,7 @@ func BenchmarkLBFailoverGratuitousARP(b *testing.B) {
 	createLBService(b, "lbf-1", nil)
 	vip, _ := waitVIP(b, "lbf-1", 30*time.Second)
 
-	fromEvent, fromDestroy := failovers(b, events, client, arps, vip, macs, 6)
+	fromEvent, fromDestroy := failovers(b, events, client, arps, vip, macs, 6, destroy)
 	slices.Sort(fromEvent)
 	slices.Sort(fromDestroy)
 	b.ReportMetric(ms(fromEvent[len(fromEvent)/2]), "event-to-garp-p50-ms")
@@ -381,20 +386,21 @@ func BenchmarkLBFailoverGratuitousARP(b *testing.B) {
 	b.Logf("event → first gratuitous ARP: %v", fromEvent)
 }
 
-// failovers destroys the domain answering vip n times, each time timing
-// the first gratuitous ARP naming the other node from the libvirt event
-// (the CCM's reaction) and from the destroy; the domain is started and
-// Ready again before the next.
-func failovers(b *testing.B, events <-chan domainEvent, client *lanClient, arps *arpCapture, vip netip.Addr, macs map[string]net.HardwareAddr, n int) (fromEvent, fromDestroy []time.Duration) {
+// failovers stops the domain answering vip n times with stop, each time
+// timing the first gratuitous ARP naming the other node from the libvirt
+// event (the CCM's reaction to libvirt) and from the stop; the domain is
+// started and Ready again before the next.
+func failovers(b testing.TB, events <-chan domainEvent, client *lanClient, arps *arpCapture, vip netip.Addr, macs map[string]net.HardwareAddr, n int, stop func(testing.TB, string)) (fromEvent, fromDestroy []time.Duration) {
 	b.Helper()
 	for range n {
+		// The node started last wins back the VIPs its hash wins once it
+		// reports: let that move happen before timing the next.
+		time.Sleep(time.Second)
 		answering := waitNodeARP(b, client, vip, macs, 15*time.Second)
 		other := otherNode(macs, answering)
 		since := time.Now()
+		stop(b, answering)
 		dom := domain(b, answering)
-		if err := dom.Destroy(); err != nil {
-			b.Fatal(err)
-		}
 		stopped := waitDomainEvent(b, events, answering, libvirt.DOMAIN_EVENT_STOPPED)
 		var garp arpFrame
 		err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
@@ -405,7 +411,7 @@ func failovers(b *testing.B, events <-chan domainEvent, client *lanClient, arps 
 		if err != nil {
 			b.Fatalf("no gratuitous ARP for %s via %s within 15s of destroying %s", vip, other, answering)
 		}
-		fromEvent = append(fromEvent, garp.at.Sub(stopped))
+		fromEvent = append(fromEvent, garp.at.Sub(stopped)) // negative: before libvirt's event
 		fromDestroy = append(fromDestroy, garp.at.Sub(since))
 		// Bring the domain back for the next sample; its "kubelet" reports
 		// once the guest is up, which makes it a candidate again.
@@ -413,7 +419,76 @@ func failovers(b *testing.B, events <-chan domainEvent, client *lanClient, arps 
 			b.Fatal(err)
 		}
 		waitDomainEvent(b, events, answering, libvirt.DOMAIN_EVENT_STARTED)
+		// A heartbeat has whole seconds: one in the second the domain went
+		// down would not count as a report since, and the node would wait
+		// for the next heartbeat to be eligible again.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 		setReady(b, answering, v1.ConditionTrue)
 	}
 	return fromEvent, fromDestroy
+}
+
+// destroy stops a domain through libvirt (virsh destroy).
+func destroy(t testing.TB, name string) {
+	t.Helper()
+	if err := domain(t, name).Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killQEMU kills a domain's QEMU with SIGKILL, as a crash or the OOM
+// killer would: the kernel deletes its tap at once, libvirt reports the
+// domain stopped once it has reaped and cleaned up after it.
+func killQEMU(t testing.TB, name string) {
+	t.Helper()
+	pid := qemuPid(t, name)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill QEMU of %s (pid %d): %v", name, pid, err)
+	}
+}
+
+// qemuPid is the pid of the QEMU running the domain.
+func qemuPid(t testing.TB, name string) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("guest="+name+",")) || !bytes.Contains(b, []byte("qemu-system")) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err == nil {
+			return pid
+		}
+	}
+	t.Fatalf("no QEMU process runs domain %s", name)
+	return 0
+}
+
+// BenchmarkLBFailoverQEMUKilled: the answering domain's QEMU is killed;
+// times from the kill to the first gratuitous ARP naming the other node
+// (the CCM reacts to the tap's deletion) and from libvirt's stopped event
+// to it (negative when the CCM moved the VIP before libvirt said anything).
+func BenchmarkLBFailoverQEMUKilled(b *testing.B) {
+	requireEnv(b)
+	events, closeEvents := lifecycleEvents(b)
+	defer closeEvents()
+	startCCM(b, lbCloudConfig("10.88.0.80-10.88.0.84"), lbControllers)
+	servicesGoneAtEnd(b, "lbk-")
+	macs := lbNodes(b, "bench-kill", 2)
+	client := newLANClient(b, "10.88.0.10/24")
+	arps := client.capture(b)
+	createLBService(b, "lbk-1", nil)
+	vip, _ := waitVIP(b, "lbk-1", 30*time.Second)
+
+	fromEvent, fromKill := failovers(b, events, client, arps, vip, macs, 20, killQEMU)
+	slices.Sort(fromEvent)
+	slices.Sort(fromKill)
+	b.ReportMetric(ms(fromKill[len(fromKill)/2]), "kill-to-garp-p50-ms")
+	b.ReportMetric(ms(fromKill[len(fromKill)*99/100]), "kill-to-garp-p99-ms")
+	b.ReportMetric(ms(fromEvent[len(fromEvent)/2]), "event-to-garp-p50-ms")
+	b.Logf("kill → first gratuitous ARP: %v", fromKill)
 }

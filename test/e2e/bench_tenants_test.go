@@ -41,7 +41,7 @@ func BenchmarkTenantLoad(b *testing.B) {
 	const samples = 3
 	// Timed from the destroy: the test's own libvirt event can arrive after
 	// the CCM has reacted to its own.
-	_, unloaded := failovers(b, events, client, arps, vip, macs, samples)
+	_, unloaded := failovers(b, events, client, arps, vip, macs, samples, destroy)
 
 	taken := "10.88.0.35"
 	createNamespacedService(b, lbBenchService("bench-noisy", "holder", map[string]string{lb.AnnotationIP: taken}, nil))
@@ -76,7 +76,7 @@ func BenchmarkTenantLoad(b *testing.B) {
 	b.Logf("load: %d Services created in %s", len(svcs), time.Since(loadStart).Round(time.Second))
 
 	time.Sleep(30 * time.Second) // the waiting Services are into their backoff
-	_, loaded := failovers(b, events, client, arps, vip, macs, samples)
+	_, loaded := failovers(b, events, client, arps, vip, macs, samples, destroy)
 	window := time.Minute
 	t0 := time.Now()
 	time.Sleep(window)

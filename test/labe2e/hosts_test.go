@@ -259,6 +259,19 @@ spec:
 		return ""
 	})
 	t.Logf("VIP %s moved off %s: a new MAC answered ARP %s after virDomainDestroy was called (libvirt's destroy path included)", movingVIP, from, movedAfter.Round(time.Millisecond))
+	// The hypervisor confirmed the domain down: the out-of-service taint
+	// has its pods deleted (and out of the endpoints) at once, long before
+	// the Node turns NotReady.
+	eventually(t, "every web pod on "+from+" deleted", time.Minute, 100*time.Millisecond, func() string {
+		out := l.mustKubectl("get", "pods", "-l", "app=web", "-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.metadata.deletionTimestamp}{"\n"}{end}`)
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[1] == from {
+				return "pod " + f[0] + " on " + from + " not being deleted"
+			}
+		}
+		return ""
+	})
+	t.Logf("the web pods on %s were being deleted %s after virDomainDestroy was called (out-of-service taint)", from, time.Since(destroyed).Round(time.Millisecond))
 	if err := lab.NodeAction(st, from, "start"); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +285,22 @@ spec:
 		}
 		return ""
 	})
-	l.mustKubectl("wait", "--for=condition=Ready", "pod", "-l", "app=web", "--timeout=100s")
+	// Its pods ran on the other host meanwhile: spread them over both hosts
+	// again (scheduled afresh, as at first) for the loss of a host.
+	l.mustKubectl("scale", "deployment/web", "--replicas=0")
+	eventually(t, "no web pod", 2*time.Minute, 250*time.Millisecond, func() string {
+		return l.mustKubectl("get", "pods", "-l", "app=web", "-o", "name")
+	})
+	l.mustKubectl("scale", "deployment/web", "--replicas=4")
+	l.mustKubectl("rollout", "status", "deployment/web", "--timeout=5m")
+	podNode, _ = l.podsOf("web")
+	clear(podOn)
+	for p, n := range podNode {
+		podOn[hostOf[n]] = p
+	}
+	if len(podOn) != 2 {
+		t.Fatalf("the web pods run on hosts %v (pods %v) once %s is back, want both", podOn, podNode, from)
+	}
 
 	killed := time.Now()
 	if err := lab.LoseHost(st, lost.Name); err != nil {
