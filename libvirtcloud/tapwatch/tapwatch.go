@@ -13,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/labcloud/labcloud/internal/linkwatch"
 )
 
 // Handler is told of ports leaving a bridge and coming back.
@@ -30,40 +32,24 @@ type port struct {
 	up   bool // on its bridge, with carrier
 }
 
-// Watch follows the ports of the caller's network namespace until ctx
-// ends, telling h. It returns once subscribed. If the subscription breaks
-// (the kernel drops messages when the socket overflows), it subscribes
-// again: a port gone meanwhile is no longer listed, and libvirt's own event
-// covers it.
+// Watch follows the ports of the process's network namespace until ctx
+// ends, telling h. It returns once subscribed. After a broken subscription
+// it starts over from the new listing: a port gone meanwhile is no longer
+// listed, and libvirt's own event covers it.
 func Watch(ctx context.Context, h Handler) error {
-	updates, done, err := subscribe(ctx)
+	ports := map[int]port{} // link index → the port, since it had a master
+	err := linkwatch.Follow(ctx, "bridge ports", func(updates chan netlink.LinkUpdate, done chan struct{}) error {
+		return netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+			ListExisting:  true,
+			ErrorCallback: func(err error) { klog.FromContext(ctx).V(2).Info("Bridge port updates", "err", err) },
+		})
+	}, linkwatch.Handlers{
+		Update:       func(u netlink.LinkUpdate) { follow(u, ports, h) },
+		Resubscribed: func() { clear(ports) },
+	})
 	if err != nil {
 		return fmt.Errorf("watch bridge ports: %w", err)
 	}
-	go func() {
-		log := klog.FromContext(ctx)
-		ports := map[int]port{} // link index → the port, since it had a master
-		for {
-			select {
-			case <-ctx.Done():
-				close(done)
-				for range updates {
-				}
-				return
-			case u, ok := <-updates:
-				if !ok {
-					close(done)
-					log.Info("Bridge port subscription ended; subscribing again")
-					if updates, done = resubscribe(ctx); updates == nil {
-						return
-					}
-					clear(ports)
-					continue
-				}
-				follow(u, ports, h)
-			}
-		}
-	}()
 	return nil
 }
 
@@ -96,37 +82,4 @@ func follow(u netlink.LinkUpdate, ports map[int]port, h Handler) {
 	case was && !p.up && up:
 		h.TapBack(attrs.Name)
 	}
-}
-
-// resubscribe subscribes again, once a second until it works or ctx is done
-// (then it returns nils).
-func resubscribe(ctx context.Context) (chan netlink.LinkUpdate, chan struct{}) {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(time.Second):
-		}
-		updates, done, err := subscribe(ctx)
-		if err == nil {
-			return updates, done
-		}
-		klog.FromContext(ctx).Error(err, "Subscribing to bridge ports")
-	}
-}
-
-// subscribe lists the links, then follows them, in the namespace of the
-// calling thread.
-func subscribe(ctx context.Context) (chan netlink.LinkUpdate, chan struct{}, error) {
-	updates := make(chan netlink.LinkUpdate, 256)
-	done := make(chan struct{})
-	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
-		ListExisting:  true,
-		ErrorCallback: func(err error) { klog.FromContext(ctx).V(2).Info("Bridge port updates", "err", err) },
-	})
-	if err != nil {
-		close(done)
-		return nil, nil, err
-	}
-	return updates, done, nil
 }

@@ -366,24 +366,47 @@ func waitDomainEvent(b testing.TB, ch <-chan domainEvent, name string, typ libvi
 // the first gratuitous ARP with the other node's MAC seen by a LAN client.
 // The domain is started again and the next sample destroys the other one.
 func BenchmarkLBFailoverGratuitousARP(b *testing.B) {
-	requireEnv(b)
-	events, closeEvents := lifecycleEvents(b)
-	defer closeEvents()
-	startCCM(b, lbCloudConfig("10.88.0.80-10.88.0.84"), lbControllers)
-	servicesGoneAtEnd(b, "lbf-")
-	macs := lbNodes(b, "bench-fo", 2)
-	client := newLANClient(b, "10.88.0.10/24")
-	arps := client.capture(b)
-	createLBService(b, "lbf-1", nil)
-	vip, _ := waitVIP(b, "lbf-1", 30*time.Second)
-
-	fromEvent, fromDestroy := failovers(b, events, client, arps, vip, macs, 6, destroy)
+	r := newFailoverRig(b, "lbf")
+	fromEvent, fromDestroy := r.failovers(b, 6, destroy)
 	slices.Sort(fromEvent)
 	slices.Sort(fromDestroy)
 	b.ReportMetric(ms(fromEvent[len(fromEvent)/2]), "event-to-garp-p50-ms")
 	b.ReportMetric(ms(fromEvent[len(fromEvent)-1]), "event-to-garp-max-ms")
 	b.ReportMetric(ms(fromDestroy[len(fromDestroy)/2]), "destroy-to-garp-p50-ms")
 	b.Logf("event → first gratuitous ARP: %v", fromEvent)
+}
+
+// failoverRig is a CCM over two running domains with Ready Nodes, one
+// LoadBalancer Service's VIP, a LAN client capturing ARP on the bridge and
+// the test's own libvirt lifecycle events.
+type failoverRig struct {
+	ccm    *ccm
+	events <-chan domainEvent
+	client *lanClient
+	arps   *arpCapture
+	vip    netip.Addr
+	macs   map[string]net.HardwareAddr
+}
+
+// newFailoverRig makes a rig whose Service and domains are named after
+// prefix.
+func newFailoverRig(tb testing.TB, prefix string) *failoverRig {
+	requireEnv(tb)
+	events, closeEvents := lifecycleEvents(tb)
+	tb.Cleanup(closeEvents)
+	r := &failoverRig{events: events}
+	r.ccm = startCCM(tb, lbCloudConfig("10.88.0.80-10.88.0.84"), lbControllers)
+	servicesGoneAtEnd(tb, prefix+"-")
+	r.macs = lbNodes(tb, "e2e-"+prefix, 2)
+	r.client = newLANClient(tb, "10.88.0.10/24")
+	r.arps = r.client.capture(tb)
+	createLBService(tb, prefix+"-1", nil)
+	r.vip, _ = waitVIP(tb, prefix+"-1", 30*time.Second)
+	return r
+}
+
+func (r *failoverRig) failovers(tb testing.TB, n int, stop func(testing.TB, string)) (fromEvent, fromStop []time.Duration) {
+	return failovers(tb, r.events, r.client, r.arps, r.vip, r.macs, n, stop)
 }
 
 // failovers stops the domain answering vip n times with stop, each time
@@ -473,18 +496,8 @@ func qemuPid(t testing.TB, name string) int {
 // (the CCM reacts to the tap's deletion) and from libvirt's stopped event
 // to it (negative when the CCM moved the VIP before libvirt said anything).
 func BenchmarkLBFailoverQEMUKilled(b *testing.B) {
-	requireEnv(b)
-	events, closeEvents := lifecycleEvents(b)
-	defer closeEvents()
-	startCCM(b, lbCloudConfig("10.88.0.80-10.88.0.84"), lbControllers)
-	servicesGoneAtEnd(b, "lbk-")
-	macs := lbNodes(b, "bench-kill", 2)
-	client := newLANClient(b, "10.88.0.10/24")
-	arps := client.capture(b)
-	createLBService(b, "lbk-1", nil)
-	vip, _ := waitVIP(b, "lbk-1", 30*time.Second)
-
-	fromEvent, fromKill := failovers(b, events, client, arps, vip, macs, 20, killQEMU)
+	r := newFailoverRig(b, "lbk")
+	fromEvent, fromKill := r.failovers(b, 20, killQEMU)
 	slices.Sort(fromEvent)
 	slices.Sort(fromKill)
 	b.ReportMetric(ms(fromKill[len(fromKill)/2]), "kill-to-garp-p50-ms")

@@ -125,21 +125,11 @@ func TestLoadBalancerVIPAnnouncedAndReleased(t *testing.T) {
 // moves the VIP to the other node without waiting for libvirt's stopped
 // event (the log names the tap, and the LAN hears the other node's MAC).
 func TestLBFailoverOnQEMUKilled(t *testing.T) {
-	requireEnv(t)
-	events, closeEvents := lifecycleEvents(t)
-	defer closeEvents()
-	c := startCCM(t, lbCloudConfig("10.88.0.80-10.88.0.84"), lbControllers)
-	servicesGoneAtEnd(t, "lbq-")
-	macs := lbNodes(t, "e2e-kill", 2)
-	client := newLANClient(t, "10.88.0.10/24")
-	arps := client.capture(t)
-	createLBService(t, "lbq-1", nil)
-	vip, _ := waitVIP(t, "lbq-1", 30*time.Second)
-	answering := waitNodeARP(t, client, vip, macs, 15*time.Second)
-
-	fromEvent, fromKill := failovers(t, events, client, arps, vip, macs, 1, killQEMU)
+	r := newFailoverRig(t, "lbq")
+	answering := waitNodeARP(t, r.client, r.vip, r.macs, 15*time.Second)
+	fromEvent, fromKill := r.failovers(t, 1, killQEMU)
 	t.Logf("QEMU of %s killed: the other node's gratuitous ARP %s after the kill, %s after libvirt's stopped event", answering, fromKill[0], fromEvent[0])
-	if log := c.proc.Tail(400); !strings.Contains(log, "A domain's tap left the bridge") || !strings.Contains(log, `domain="`+answering+`"`) {
-		t.Errorf("the CCM's log never says %s's tap left the bridge; tail:\n%s", answering, c.proc.Tail(30))
+	if log := r.ccm.proc.Tail(400); !strings.Contains(log, "A domain's tap left the bridge") || !strings.Contains(log, `domain="`+answering+`"`) {
+		t.Errorf("the CCM's log never says %s's tap left the bridge; tail:\n%s", answering, r.ccm.proc.Tail(30))
 	}
 }
