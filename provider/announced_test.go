@@ -238,7 +238,7 @@ func followOn(t *testing.T, f *lbFixture, pools []lb.PoolConfig, zone string, vi
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(fw.halt)
+	t.Cleanup(fw.Halt)
 	factory.Start(f.ctx.Done())
 	return follower.ann.(*fakeAnnouncer)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 )
 
 // answerFollowPeriod is how often a following replica compares its
@@ -25,7 +26,7 @@ const answerFollowPeriod = 2 * time.Second
 // hostDomains is what the follower needs of a hypervisor on its host.
 // *libvirtcloud.Hypervisor satisfies it.
 type hostDomains interface {
-	DomainEvents
+	follow.DomainEvents
 	Domains() []libvirtcloud.Domain
 	WaitSynced(ctx context.Context) error
 }
@@ -43,17 +44,17 @@ type hostHypervisor struct {
 // claims trustedAnswers believes count), from the Services (src, the
 // replica's own informers, which the caller starts) and the domains of
 // the hypervisors on this host, until the returned follower is halted.
-func (l *loadBalancer) follow(ctx context.Context, src *announcedSource, here []hostHypervisor) (*follower, error) {
-	changed := newKicker()
+func (l *loadBalancer) follow(ctx context.Context, src *announcedSource, here []hostHypervisor) (*follow.Follower, error) {
+	changed := follow.NewKicker()
 	services := src.services
-	reg, err := onAnyChange(services.Informer(), changed.kick)
+	reg, err := follow.OnAnyChange(services.Informer(), changed.Kick)
 	if err != nil {
 		return nil, err
 	}
 	ctx, stopEvents := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, h := range here {
-		onDomainEvents(ctx, &wg, h.domains, changed.kick)
+		follow.OnDomainEvents(ctx, &wg, h.domains, changed.Kick)
 	}
 	lister := services.Lister()
 	report := newClaimReporter(src.recorder, src.grace)
@@ -87,7 +88,7 @@ func (l *loadBalancer) follow(ctx context.Context, src *announcedSource, here []
 		wg.Wait()
 		_ = services.Informer().RemoveEventHandler(reg)
 	}
-	return startFollower(ctx, changed, prepare, step, cleanup), nil
+	return follow.Start(ctx, changed, prepare, step, cleanup), nil
 }
 
 // dropLeftVIPRoutes removes the routes to VIPs this host's kernel holds.

@@ -21,6 +21,7 @@ import (
 	"github.com/labcloud/labcloud/bgp"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 )
 
 // bgpAnnouncer keeps the BGP speaker's routes equal to the pod CIDRs of
@@ -39,7 +40,7 @@ type bgpAnnouncer struct {
 	connected func() ([]netip.Prefix, error)
 	nodes     corelisters.NodeLister
 	synced    []cache.InformerSynced
-	changed   kicker // a pending recompute
+	changed   follow.Kicker // a pending recompute
 	// vips, in routed mode (bgp.announceVIPs), are the VIPs to announce as
 	// the Services' Announced conditions place them; nil otherwise.
 	vips *announcedVIPs
@@ -63,7 +64,7 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 		return nil, fmt.Errorf("bgp: netlink: %w", err)
 	}
 	connected := func() ([]netip.Prefix, error) { return netroutes.Connected(h) }
-	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), connected: connected, changed: newKicker()}, nil
+	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), connected: connected, changed: follow.NewKicker()}, nil
 }
 
 // start starts a in this replica, leader or not, on the replica's own
@@ -71,13 +72,13 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 // the Services, whose VIPs it announces as their conditions place them.
 func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, vips *announcedSource) error {
 	a.nodes, a.synced = nodes.Lister(), []cache.InformerSynced{nodes.Informer().HasSynced}
-	if _, err := onRouteFieldsChange(nodes.Informer(), a.changed.kick); err != nil {
+	if _, err := onRouteFieldsChange(nodes.Informer(), a.changed.Kick); err != nil {
 		return err
 	}
 	if vips != nil {
 		a.vips = &announcedVIPs{services: vips.services.Lister(), rules: vips.rules, report: newClaimReporter(vips.recorder, vips.grace)}
 		a.synced = append(a.synced, vips.synced...)
-		if _, err := onAnyChange(vips.services.Informer(), a.changed.kick); err != nil {
+		if _, err := follow.OnAnyChange(vips.services.Informer(), a.changed.Kick); err != nil {
 			return err
 		}
 	}

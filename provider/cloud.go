@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 	"github.com/labcloud/labcloud/provider/outofservice"
 )
 
@@ -47,12 +48,12 @@ type Cloud struct {
 	routes      *routes // nil unless routes.bridge is configured
 	// routeFollower routes this host's bridge while this replica does not
 	// lead, with hypervisors on several hosts; nil otherwise.
-	routeFollower *follower
+	routeFollower *follow.Follower
 	lb            *loadBalancer // nil unless loadBalancer.bridge is configured
 	// answerFollower answers for this host's nodes' VIPs while this
 	// replica does not lead, with hypervisors on several hosts; nil
 	// otherwise.
-	answerFollower *follower
+	answerFollower *follow.Follower
 	lbOff          *loadBalancerOff // serves LoadBalancer Services while lb is nil
 	bgp            *bgpAnnouncer    // nil unless bgp is configured
 	unparsable     *unparsableReporter
@@ -220,12 +221,12 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	c.runCtx = ctx
 	if c.routeFollower != nil {
 		// Leading: the route controller routes this host's bridge now.
-		c.routeFollower.halt()
+		c.routeFollower.Halt()
 		c.routeFollower = nil
 	}
 	if c.answerFollower != nil {
 		// Leading: placement answers for this host's nodes now.
-		c.answerFollower.halt()
+		c.answerFollower.Halt()
 		c.answerFollower = nil
 	}
 	if len(c.components()) > 0 {

@@ -31,6 +31,7 @@ import (
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/metrics"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 )
 
 // fakeAnnouncer records what the provider asks of the bridge. Probe reports
@@ -182,8 +183,8 @@ func (h *fakeHypervisor) setDown(down bool) {
 }
 
 var (
-	_ Hypervisor   = (*fakeHypervisor)(nil)
-	_ DomainEvents = (*fakeHypervisor)(nil)
+	_ Hypervisor          = (*fakeHypervisor)(nil)
+	_ follow.DomainEvents = (*fakeHypervisor)(nil)
 )
 
 func (h *fakeHypervisor) Zone() string { return "zone-a" }

@@ -15,8 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/lb"
-	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/metrics"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 )
 
 // Placement and failover: which node answers each VIP. Every pass takes a
@@ -32,12 +32,6 @@ import (
 // damping or an endpoint's warm-up ends, and periodically: the service
 // controller does not call UpdateLoadBalancer on readiness changes, so
 // this is what moves a VIP off a node that died.
-
-// DomainEvents is a hypervisor's stream of domain changes.
-// *libvirtcloud.Hypervisor satisfies it.
-type DomainEvents interface {
-	Subscribe() (<-chan libvirtcloud.Event, func())
-}
 
 // connectivity tells whether a hypervisor can be asked right now.
 // *libvirtcloud.Hypervisor satisfies it.
@@ -165,8 +159,8 @@ func (p *placement) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for _, h := range p.hypervisors {
-		if src, ok := h.(DomainEvents); ok {
-			onDomainEvents(ctx, &wg, src, p.poke)
+		if src, ok := h.(follow.DomainEvents); ok {
+			follow.OnDomainEvents(ctx, &wg, src, p.poke)
 		}
 	}
 	wg.Go(func() { p.watchConnections(ctx) })
