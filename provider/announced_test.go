@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // trustPools: one pool for every namespace, one kept for namespace a.
@@ -31,7 +32,7 @@ var trustPools = []lb.PoolConfig{
 // claiming is a LoadBalancer Service of namespace ns whose ingress lists
 // ingress and whose Announced condition claims answers.
 func claiming(ns, name string, ingress []string, answers ...lb.Answer) *v1.Service {
-	s := lbService(name)
+	s := lbtest.Service(name)
 	s.Namespace = ns
 	for _, ip := range ingress {
 		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip})
@@ -51,7 +52,7 @@ func TestFollowerAnswersOnlyWhatTheLeaderCouldHave(t *testing.T) {
 	f := newLBFixtureOf(t, trustPools)
 	a, b := testNodes[0], testNodes[1]
 	ip := netip.MustParseAddr
-	claim := func(vip string, n testNode) lb.Answer { return lb.Answer{VIP: ip(vip), Node: n.name, MAC: n.mac} }
+	claim := func(vip string, n lbtest.Node) lb.Answer { return lb.Answer{VIP: ip(vip), Node: n.Name, MAC: n.MAC} }
 	for _, svc := range []*v1.Service{
 		claiming("a", "web", []string{"10.0.0.1"}, claim("10.0.0.1", a)),
 		claiming("a", "ok", []string{"10.0.0.3"}, claim("10.0.0.3", b)),
@@ -69,18 +70,16 @@ func TestFollowerAnswersOnlyWhatTheLeaderCouldHave(t *testing.T) {
 
 	// Three passes at least (one every answerFollowPeriod).
 	time.Sleep(3*answerFollowPeriod + answerFollowPeriod/2)
-	ann.mu.Lock()
-	sets := slices.Clone(ann.sets)
-	ann.mu.Unlock()
+	sets := ann.Sets()
 	answering := map[string]string{}
 	for vip, mac := range ann.Answering() {
 		answering[vip.String()] = mac.String()
 	}
-	want := map[string]string{"10.0.0.1": a.mac.String(), "10.0.0.3": b.mac.String()}
+	want := map[string]string{"10.0.0.1": a.MAC.String(), "10.0.0.3": b.MAC.String()}
 	if len(answering) != len(want) || answering["10.0.0.1"] != want["10.0.0.1"] || answering["10.0.0.3"] != want["10.0.0.3"] {
 		t.Errorf("the follower answers %v, want %v", answering, want)
 	}
-	for _, forbidden := range []string{"10.0.0.1 " + b.mac.String(), "10.0.1.1 " + b.mac.String(), "10.0.0.4 " + a.mac.String(), "10.0.0.4 " + b.mac.String()} {
+	for _, forbidden := range []string{"10.0.0.1 " + b.MAC.String(), "10.0.1.1 " + b.MAC.String(), "10.0.0.4 " + a.MAC.String(), "10.0.0.4 " + b.MAC.String()} {
 		if slices.Contains(sets, forbidden) {
 			t.Errorf("the follower answered %s, as a forged or conflicting condition says (answers set: %q)", forbidden, sets)
 		}
@@ -227,18 +226,18 @@ func TestClaimReporterTellsOnceAfterGrace(t *testing.T) {
 // hypervisor zone it is, following the conditions with pools and its own
 // announcer (returned); vipRoutes, if not nil, are its host's routes to
 // VIPs. Refused claims are told after grace.
-func followOn(t *testing.T, f *lbFixture, pools []lb.PoolConfig, zone string, vipRoutes pathSetter, grace time.Duration) *fakeAnnouncer {
+func followOn(t *testing.T, f *lbFixture, pools []lb.PoolConfig, zone string, vipRoutes pathSetter, grace time.Duration) *lbtest.Announcer {
 	t.Helper()
 	cfg := lbConfig(t, pools)
-	follower := newLoadBalancerWith(cfg, []Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), vipRoutes, nil)
+	follower := newLoadBalancerWith(cfg, []Hypervisor{f.hv}, f.lb.place.instances, lbtest.NewAnnouncer(), vipRoutes, nil)
 	factory := informers.NewSharedInformerFactory(f.client, 0)
 	src := newAnnouncedSource(f.ctx, factory, f.client, LoadBalancerConfig{}.Serves, cfg.ParsedPools())
 	src.grace = grace
-	fw, err := follower.follow(f.ctx, src, []hostHypervisor{{domains: hostOfZone{f.hv, zone}, bridge: testBridge}})
+	fw, err := follower.follow(f.ctx, src, []hostHypervisor{{domains: hostOfZone{f.hv, zone}, bridge: lbtest.Bridge}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fw.Halt)
 	factory.Start(f.ctx.Done())
-	return follower.ann.(*fakeAnnouncer)
+	return follower.ann.(*lbtest.Announcer)
 }

@@ -18,22 +18,21 @@ import (
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // hostOfZone is the fake hypervisor's domains in one zone: one host's
 // hypervisor, as a following replica sees its own.
 type hostOfZone struct {
-	h    *fakeHypervisor
+	h    *lbtest.Hypervisor
 	zone string
 }
 
 func (z hostOfZone) Subscribe() (<-chan libvirtcloud.Event, func()) { return z.h.Subscribe() }
 func (z hostOfZone) WaitSynced(context.Context) error               { return nil }
 func (z hostOfZone) Domains() []libvirtcloud.Domain {
-	z.h.mu.Lock()
-	defer z.h.mu.Unlock()
 	var out []libvirtcloud.Domain
-	for _, d := range z.h.doms {
+	for _, d := range z.h.Domains() {
 		if d.Hypervisor == z.zone {
 			out = append(out, d)
 		}
@@ -42,11 +41,11 @@ func (z hostOfZone) Domains() []libvirtcloud.Domain {
 }
 
 // owns is the VIPs a fake announcer answers, by the node answering.
-func owns(a *fakeAnnouncer) map[string]int {
+func owns(a *lbtest.Announcer) map[string]int {
 	out := map[string]int{}
 	for _, mac := range a.Answering() {
-		n, _ := nodeOf(mac)
-		out[n.name]++
+		n, _ := lbtest.NodeOf(mac)
+		out[n.Name]++
 	}
 	return out
 }
@@ -58,9 +57,9 @@ func owns(a *fakeAnnouncer) map[string]int {
 // hosts leaves one announcer for the other.
 func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.0/27")
-	b := f.hv.domain("node-b")
+	b := f.hv.Domain("node-b")
 	b.Hypervisor = "zone-b"
-	f.hv.doms[b.UUID] = b
+	f.hv.Put(b)
 	f.lb.place.answers.here = map[string]bool{"zone-a": true, "zone-b": false}
 	f.start()
 
@@ -70,7 +69,7 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 
 	const services = 8
 	for i := range services {
-		svc, err := f.client.CoreV1().Services("default").Create(f.ctx, lbService(fmt.Sprintf("svc-%d", i)), metav1.CreateOptions{})
+		svc, err := f.client.CoreV1().Services("default").Create(f.ctx, lbtest.Service(fmt.Sprintf("svc-%d", i)), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +81,7 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 	}
 	onA, onB := 0, 0
 	for vip, mac := range f.lb.place.answers.answering() {
-		if n, _ := nodeOf(mac); n.name == "node-a" {
+		if n, _ := lbtest.NodeOf(mac); n.Name == "node-a" {
 			onA++
 		} else {
 			onB++
@@ -106,7 +105,7 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 	})
 
 	// node-a's domain crashes: its VIPs move to node-b, so to the other host.
-	f.hv.setState("node-a", libvirtcloud.StateCrashed)
+	f.hv.SetState("node-a", libvirtcloud.StateCrashed)
 	f.waitFor("every VIP answered by the other host", func() bool {
 		return len(f.ann.Answering()) == 0 && owns(other)["node-b"] == services
 	})
@@ -134,7 +133,7 @@ func TestHostAnswersFollowTheConditions(t *testing.T) {
 	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
 	notLB := announced("cluster-ip", lb.Answer{VIP: ip("10.0.0.6"), Node: "n1", MAC: local})
 	notLB.Spec.Type = v1.ServiceTypeClusterIP
-	garbled := lbService("garbled")
+	garbled := lbtest.Service("garbled")
 	garbled.Status.Conditions = []metav1.Condition{{Type: lb.ConditionAnnounced, Status: metav1.ConditionTrue, Message: "nonsense"}}
 	services := []*v1.Service{
 		announced("here", lb.Answer{VIP: ip("10.0.0.1"), Node: "n1", MAC: local}),
@@ -142,7 +141,7 @@ func TestHostAnswersFollowTheConditions(t *testing.T) {
 		announced("there", lb.Answer{VIP: ip("10.0.0.3"), Node: "n2", MAC: remote}),
 		announced("nobody", lb.Answer{VIP: ip("10.0.0.4")}),
 		announced("outside-pools", lb.Answer{VIP: ip("192.0.2.1"), Node: "n1", MAC: local}),
-		classed, notLB, garbled, lbService("unplaced"),
+		classed, notLB, garbled, lbtest.Service("unplaced"),
 	}
 	pools, err := lb.NewPools([]lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/24", "fd00::/120"}}})
 	if err != nil {
@@ -168,13 +167,13 @@ func TestHostAnswersFollowTheConditions(t *testing.T) {
 func TestNewLeaderKeepsOtherHostsAnswers(t *testing.T) {
 	remote := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0x0b}
 	vip := netip.MustParseAddr("10.0.0.9")
-	svc := lbService("kept", withStatusIP(vip.String()))
+	svc := lbtest.Service("kept", lbtest.WithStatusIP(vip.String()))
 	svc.Status.Conditions = []metav1.Condition{lb.AnnouncedCondition([]lb.Answer{{VIP: vip, Node: "node-b", MAC: remote}})}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if err := indexer.Add(svc); err != nil {
 		t.Fatal(err)
 	}
-	ann := newFakeAnnouncer()
+	ann := lbtest.NewAnnouncer()
 	s := newAnswerSplit(ann, map[string]bool{"zone-a": true})
 	claims := map[netip.Addr]vipClaim{vip: {services: []string{"default/kept"}}, netip.MustParseAddr("10.0.0.10"): {services: []string{"default/none"}}}
 	s.seed(corelisters.NewServiceLister(indexer), claims)
@@ -185,8 +184,8 @@ func TestNewLeaderKeepsOtherHostsAnswers(t *testing.T) {
 	if err := s.keep(vip, remote, "zone-b", true); err != nil {
 		t.Fatal(err)
 	}
-	if len(ann.sets) != 0 {
-		t.Errorf("this host's announcer was set %v for a VIP answered on another host", ann.sets)
+	if len(ann.Sets()) != 0 {
+		t.Errorf("this host's announcer was set %v for a VIP answered on another host", ann.Sets())
 	}
 	// Its domain migrated here: now this host answers it.
 	if err := s.keep(vip, remote, "zone-a", false); err != nil {

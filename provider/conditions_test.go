@@ -14,6 +14,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // otherCondition belongs to someone else: the placement must keep it.
@@ -67,14 +68,14 @@ func (f *lbFixture) statusPatches() int {
 // written only when it changes, and never touches the load-balancer
 // status or other conditions.
 func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", withOtherCondition)).start()
-	svc := lbService("web", withOtherCondition)
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web", withOtherCondition)).start()
+	svc := lbtest.Service("web", withOtherCondition)
 	vip := f.mustEnsure(svc)
-	first, ok := nodeOf(f.ann.answering(vip))
+	first, ok := lbtest.NodeOf(f.ann.MAC(vip))
 	if !ok {
-		t.Fatalf("answered by %v", f.ann.answering(vip))
+		t.Fatalf("answered by %v", f.ann.MAC(vip))
 	}
-	other := otherNode(first)
+	other := lbtest.OtherNode(first)
 	// What the service controller writes with EnsureLoadBalancer's answer.
 	_, s := f.announced("web")
 	s.Status.LoadBalancer = *status([]netip.Addr{vip})
@@ -82,7 +83,7 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c1 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, first.name, first.mac))
+	c1 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, first.Name, first.MAC))
 	if c1.LastTransitionTime.IsZero() {
 		t.Error("no lastTransitionTime")
 	}
@@ -107,13 +108,13 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 	// lastTransitionTime has one-second resolution: let a second pass so
 	// the move's time is visibly later.
 	time.Sleep(1100 * time.Millisecond)
-	f.hv.setState(first.name, libvirtcloud.StateShutOff)
-	c2 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, other.name, other.mac))
+	f.hv.SetState(first.Name, libvirtcloud.StateShutOff)
+	c2 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, other.Name, other.MAC))
 	if !c2.LastTransitionTime.After(c1.LastTransitionTime.Time) {
 		t.Errorf("after the move lastTransitionTime %v, want later than %v", c2.LastTransitionTime, c1.LastTransitionTime)
 	}
 
-	f.hv.setState(other.name, libvirtcloud.StateCrashed)
+	f.hv.SetState(other.Name, libvirtcloud.StateCrashed)
 	f.waitAnnounced("web", metav1.ConditionFalse, lb.ReasonNoEligibleNode, vip.String()+" answered by no node (none is eligible: it needs a running domain on the bridge, a Ready Node and, with externalTrafficPolicy Local, a ready endpoint)")
 	_, s = f.announced("web")
 	if got := s.Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP != vip.String() {
@@ -138,8 +139,8 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 // patches of status.conditions holding the one condition (or its delete
 // directive): nothing else of the Service is in them.
 func TestAnnouncedConditionPatchTouchesOnlyIt(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
-	svc := lbService("web")
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
+	svc := lbtest.Service("web")
 	f.mustEnsure(svc)
 	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
 	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
@@ -180,8 +181,8 @@ func TestAnnouncedConditionPatchTouchesOnlyIt(t *testing.T) {
 // the condition gets it back (once the cache can no longer be lagging
 // behind our own write), with its original lastTransitionTime.
 func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
-	f.mustEnsure(lbService("web"))
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
+	f.mustEnsure(lbtest.Service("web"))
 	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
 	want, s := f.announced("web")
 	s.Status.Conditions = nil
@@ -216,15 +217,15 @@ func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
 // answers it.
 func TestAnnouncedConditionSharedVIP(t *testing.T) {
 	shared := func(name string, port int32) *v1.Service {
-		return lbService(name, withAnnotation(lb.AnnotationSharingKey, "k"), withPort(port))
+		return lbtest.Service(name, lbtest.WithAnnotation(lb.AnnotationSharingKey, "k"), lbtest.WithPort(port))
 	}
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12", shared("a", 80), shared("b", 443)).start()
 	vip := f.mustEnsure(shared("a", 80))
 	if got := f.mustEnsure(shared("b", 443)); got != vip {
 		t.Fatalf("b got %s, want the shared %s", got, vip)
 	}
-	n, _ := nodeOf(f.ann.answering(vip))
-	msg := fmt.Sprintf("%s answered by node %s (%s)", vip, n.name, n.mac)
+	n, _ := lbtest.NodeOf(f.ann.MAC(vip))
+	msg := fmt.Sprintf("%s answered by node %s (%s)", vip, n.Name, n.MAC)
 	f.waitAnnounced("a", metav1.ConditionTrue, lb.ReasonAnnounced, msg)
 	f.waitAnnounced("b", metav1.ConditionTrue, lb.ReasonAnnounced, msg)
 }

@@ -8,12 +8,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/labcloud/labcloud/lb/announce"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // TestVIPDefendedEvents: each defence is told to the Service holding the
 // VIP as an IPConflict Warning that names the other host and what it did.
 func TestVIPDefendedEvents(t *testing.T) {
-	svc := lbService("web")
+	svc := lbtest.Service("web")
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12", svc).start()
 	vip := f.mustEnsure(svc)
 	from := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x66}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 func dualStack(policy v1.IPFamilyPolicy) func(*v1.Service) {
@@ -38,11 +39,11 @@ func TestPreferDualStackSaysWhatIsMissing(t *testing.T) {
 		{Name: "v4", Addresses: []string{"10.0.0.10-10.0.0.19"}},
 		{Name: "v6", Addresses: []string{"fd00::10"}},
 	}).start()
-	v6only := lbService("v6only", func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} })
+	v6only := lbtest.Service("v6only", func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} })
 	if got := f.mustEnsure(v6only); got != netip.MustParseAddr("fd00::10") {
 		t.Fatalf("IPv6 Service got %s", got)
 	}
-	prefer := lbService("prefer", dualStack(v1.IPFamilyPolicyPreferDualStack))
+	prefer := lbtest.Service("prefer", dualStack(v1.IPFamilyPolicyPreferDualStack))
 	for range 3 {
 		st, err := f.ensure(prefer)
 		if err != nil || !slices.Equal(ingressIPs(st), []string{"10.0.0.10"}) {
@@ -73,7 +74,7 @@ func TestPreferDualStackSaysWhatIsMissing(t *testing.T) {
 		t.Errorf("served whole, yet %d %s events", len(got), ReasonDualStackPartial)
 	}
 	// Another Service hits the same shortfall and is told so.
-	if _, err := f.ensure(lbService("prefer2", dualStack(v1.IPFamilyPolicyPreferDualStack))); err != nil {
+	if _, err := f.ensure(lbtest.Service("prefer2", dualStack(v1.IPFamilyPolicyPreferDualStack))); err != nil {
 		t.Fatal(err)
 	}
 	if got := partial(); len(got) != 2 || !strings.Contains(got[1], "10.0.0.11") {
@@ -87,7 +88,7 @@ func TestDualStackVIPsAnsweredTogether(t *testing.T) {
 	f := newLBFixtureOf(t, []lb.PoolConfig{{Name: "both", Addresses: []string{"10.0.0.0/27", "fd00::/123"}}}).start()
 	var pairs [][2]netip.Addr
 	for i := range 12 {
-		st, err := f.ensure(lbService(fmt.Sprintf("svc-%d", i), dualStack(v1.IPFamilyPolicyRequireDualStack)))
+		st, err := f.ensure(lbtest.Service(fmt.Sprintf("svc-%d", i), dualStack(v1.IPFamilyPolicyRequireDualStack)))
 		if err != nil || len(st.Ingress) != 2 {
 			t.Fatalf("svc-%d: %v, %v", i, st, err)
 		}
@@ -95,7 +96,7 @@ func TestDualStackVIPsAnsweredTogether(t *testing.T) {
 	}
 	together := func() bool {
 		for _, p := range pairs {
-			if a, b := f.ann.answering(p[0]), f.ann.answering(p[1]); a == nil || a.String() != b.String() {
+			if a, b := f.ann.MAC(p[0]), f.ann.MAC(p[1]); a == nil || a.String() != b.String() {
 				return false
 			}
 		}
@@ -104,11 +105,11 @@ func TestDualStackVIPsAnsweredTogether(t *testing.T) {
 	if !together() {
 		t.Fatalf("VIP pairs %v answered apart: %v", pairs, f.ann.Answering())
 	}
-	first, _ := nodeOf(f.ann.answering(pairs[0][0]))
+	first, _ := lbtest.NodeOf(f.ann.MAC(pairs[0][0]))
 	f.setReady(first, v1.ConditionFalse, t0)
-	other := otherNode(first)
-	f.waitFor("both VIPs moved to "+other.name, func() bool {
-		return together() && f.ann.answering(pairs[0][1]).String() == other.mac.String()
+	other := lbtest.OtherNode(first)
+	f.waitFor("both VIPs moved to "+other.Name, func() bool {
+		return together() && f.ann.MAC(pairs[0][1]).String() == other.MAC.String()
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // twoHosts is a provider over libvirt's test driver on two hosts:
@@ -65,7 +66,7 @@ func readyNode(name string) *v1.Node {
 // VIPs, and one whose only NIC is on a bridge of that name there may not.
 func TestPlacementFindsMACsOnTheirHypervisorsBridge(t *testing.T) {
 	c := twoHosts(t)
-	l := newLoadBalancerWith(&c.cfg, c.hypervisors, c.instances, newFakeAnnouncer(), nil, nil)
+	l := newLoadBalancerWith(&c.cfg, c.hypervisors, c.instances, lbtest.NewAnnouncer(), nil, nil)
 	p := l.place
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, name := range []string{"node-c", "node-d"} {
@@ -108,7 +109,7 @@ func TestNodesAreLabelledWithTheirHost(t *testing.T) {
 // zonedHypervisor is a fake hypervisor of a zone of its own that counts
 // the lookups it is asked.
 type zonedHypervisor struct {
-	*fakeHypervisor
+	*lbtest.Hypervisor
 	zone  string
 	asked int
 }
@@ -116,7 +117,7 @@ type zonedHypervisor struct {
 func (h *zonedHypervisor) Zone() string { return h.zone }
 func (h *zonedHypervisor) DomainByUUID(uuid string) (libvirtcloud.Domain, error) {
 	h.asked++
-	return h.fakeHypervisor.DomainByUUID(uuid)
+	return h.Hypervisor.DomainByUUID(uuid)
 }
 
 // A Node's own zone's hypervisor is asked first: a silent host, whose
@@ -124,10 +125,9 @@ func (h *zonedHypervisor) DomainByUUID(uuid string) (libvirtcloud.Domain, error)
 // Nodes, while a Node not labelled yet is looked for everywhere.
 func TestLookupAsksTheNodesZoneFirst(t *testing.T) {
 	const uuid = "bbbbbbbb-0000-0000-0000-00000000000b"
-	silent := &zonedHypervisor{fakeHypervisor: &fakeHypervisor{doms: map[string]libvirtcloud.Domain{}}, zone: "zone-a"}
-	other := &zonedHypervisor{fakeHypervisor: &fakeHypervisor{doms: map[string]libvirtcloud.Domain{
-		uuid: {UUID: uuid, Name: "node-b", Hypervisor: "zone-b", State: libvirtcloud.StateRunning},
-	}}, zone: "zone-b"}
+	silent := &zonedHypervisor{Hypervisor: lbtest.NewHypervisor(nil), zone: "zone-a"}
+	other := &zonedHypervisor{Hypervisor: lbtest.NewHypervisor(nil), zone: "zone-b"}
+	other.Put(libvirtcloud.Domain{UUID: uuid, Name: "node-b", Hypervisor: "zone-b", State: libvirtcloud.StateRunning})
 	in := &instances{cfg: &Config{}, hypervisors: []Hypervisor{silent, other}}
 	n := readyNode("node-b")
 	n.Spec.ProviderID = ProviderID(uuid)

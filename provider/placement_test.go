@@ -18,20 +18,21 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
-func nodeNamesOf(nodes []testNode) []string {
+func nodeNamesOf(nodes []lbtest.Node) []string {
 	var out []string
 	for _, n := range nodes {
-		out = append(out, n.name)
+		out = append(out, n.Name)
 	}
 	return out
 }
 
 func macOfNode(name string) string {
 	for _, n := range testNodes {
-		if n.name == name {
-			return n.mac.String()
+		if n.Name == name {
+			return n.MAC.String()
 		}
 	}
 	return ""
@@ -42,11 +43,11 @@ func macOfNode(name string) string {
 func (f *lbFixture) touchNodes(value string) {
 	f.t.Helper()
 	for _, n := range testNodes {
-		obj, err := f.client.CoreV1().Nodes().Get(f.ctx, n.name, metav1.GetOptions{})
+		obj, err := f.client.CoreV1().Nodes().Get(f.ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		obj.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeHostName, Address: n.name + "-" + value}}
+		obj.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeHostName, Address: n.Name + "-" + value}}
 		if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, obj, metav1.UpdateOptions{}); err != nil {
 			f.t.Fatal(err)
 		}
@@ -62,13 +63,13 @@ func TestPlacementIsRendezvous(t *testing.T) {
 	placed := map[netip.Addr]string{}
 	var svcs []*v1.Service
 	for i := range 12 {
-		vip := f.mustEnsure(lbService(fmt.Sprintf("svc-%d", i)))
+		vip := f.mustEnsure(lbtest.Service(fmt.Sprintf("svc-%d", i)))
 		want := lb.Ranked(vip, all, 1)[0]
-		if got := f.ann.answering(vip).String(); got != macOfNode(want) {
+		if got := f.ann.MAC(vip).String(); got != macOfNode(want) {
 			t.Fatalf("%s answered by %s, want %s (%s)", vip, got, want, macOfNode(want))
 		}
 		placed[vip] = want
-		svcs = append(svcs, lbService(fmt.Sprintf("svc-%d", i), withStatusIP(vip.String())))
+		svcs = append(svcs, lbtest.Service(fmt.Sprintf("svc-%d", i), lbtest.WithStatusIP(vip.String())))
 	}
 	if len(f.ann.Answering()) != 12 {
 		t.Fatalf("%d VIPs answered, want 12", len(f.ann.Answering()))
@@ -80,7 +81,7 @@ func TestPlacementIsRendezvous(t *testing.T) {
 	g := newLBFixture(t, "10.0.0.0/27", objs...).start()
 	g.waitFor("every VIP placed after the restart", func() bool { return len(g.ann.Answering()) == 12 })
 	for vip, node := range placed {
-		if got := g.ann.answering(vip).String(); got != macOfNode(node) {
+		if got := g.ann.MAC(vip).String(); got != macOfNode(node) {
 			t.Errorf("after a restart %s is answered by %s, want %s as before", vip, got, node)
 		}
 	}
@@ -93,33 +94,33 @@ func TestPlacementKeepsVIPsWhileHypervisorUnavailable(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.20").start()
 	var vips []netip.Addr
 	for i := range 4 {
-		vips = append(vips, f.mustEnsure(lbService(fmt.Sprintf("svc-%d", i))))
+		vips = append(vips, f.mustEnsure(lbtest.Service(fmt.Sprintf("svc-%d", i))))
 	}
 	before := f.ann.Answering()
-	sets := len(f.ann.sets)
+	sets := len(f.ann.Sets())
 
-	f.hv.setDown(true)
+	f.hv.SetDown(true)
 	f.touchNodes("during")
 	f.lb.place.sync(f.ctx, nil)
 	time.Sleep(100 * time.Millisecond) // let the loop's own passes run too
 	for _, vip := range vips {
-		if got := f.ann.answering(vip); got.String() != before[vip].String() {
+		if got := f.ann.MAC(vip); got.String() != before[vip].String() {
 			t.Errorf("while libvirtd was down %s went from %s to %v", vip, before[vip], got)
 		}
-		if f.ann.removed(vip) {
+		if f.ann.Removed(vip) {
 			t.Errorf("while libvirtd was down %s was withdrawn", vip)
 		}
 	}
 	// A new Service meanwhile still gets a node from the last known facts.
-	extra := f.mustEnsure(lbService("extra"))
-	if f.ann.answering(extra) == nil {
+	extra := f.mustEnsure(lbtest.Service("extra"))
+	if f.ann.MAC(extra) == nil {
 		t.Error("a new VIP was not announced while libvirtd was down")
 	}
 
-	f.hv.setDown(false)
-	f.waitFor("a pass after reconnect", func() bool { return len(f.ann.sets) > sets })
+	f.hv.SetDown(false)
+	f.waitFor("a pass after reconnect", func() bool { return len(f.ann.Sets()) > sets })
 	for _, vip := range vips {
-		if got := f.ann.answering(vip); got.String() != before[vip].String() {
+		if got := f.ann.MAC(vip); got.String() != before[vip].String() {
 			t.Errorf("after libvirtd returned %s went from %s to %v", vip, before[vip], got)
 		}
 	}
@@ -132,27 +133,27 @@ func TestPlacementKeepsVIPsWhileHypervisorUnavailable(t *testing.T) {
 // its node eligible; when it resumes nothing waits for a Node report.
 func TestPausedDomainKeepsItsVIPs(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
-	vip := f.mustEnsure(lbService("web"))
-	first, _ := nodeOf(f.ann.answering(vip))
+	vip := f.mustEnsure(lbtest.Service("web"))
+	first, _ := lbtest.NodeOf(f.ann.MAC(vip))
 
-	f.hv.setState(first.name, libvirtcloud.StatePaused)
+	f.hv.SetState(first.Name, libvirtcloud.StatePaused)
 	f.lb.place.sync(f.ctx, nil)
-	f.hv.setState(first.name, libvirtcloud.StateRunning)
+	f.hv.SetState(first.Name, libvirtcloud.StateRunning)
 	f.lb.place.sync(f.ctx, nil)
 	time.Sleep(50 * time.Millisecond)
-	if got := f.ann.answering(vip); got.String() != first.mac.String() {
-		t.Fatalf("after pause and resume %s is answered by %v, want %s still", vip, got, first.name)
+	if got := f.ann.MAC(vip); got.String() != first.MAC.String() {
+		t.Fatalf("after pause and resume %s is answered by %v, want %s still", vip, got, first.Name)
 	}
-	if f.ann.removed(vip) {
+	if f.ann.Removed(vip) {
 		t.Error("the VIP was withdrawn during the pause")
 	}
 	// The other node pauses and resumes, then the first one dies: the VIP
 	// goes to the other node at once, with no report of its since.
-	other := otherNode(first)
-	f.hv.setState(other.name, libvirtcloud.StatePaused)
-	f.hv.setState(other.name, libvirtcloud.StateRunning)
-	f.hv.setState(first.name, libvirtcloud.StateShutOff)
-	f.waitFor("move to "+other.name, func() bool { return f.ann.answering(vip).String() == other.mac.String() })
+	other := lbtest.OtherNode(first)
+	f.hv.SetState(other.Name, libvirtcloud.StatePaused)
+	f.hv.SetState(other.Name, libvirtcloud.StateRunning)
+	f.hv.SetState(first.Name, libvirtcloud.StateShutOff)
+	f.waitFor("move to "+other.Name, func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
 }
 
 // placementOnly starts placement's informers and nothing else: no loop,
@@ -161,7 +162,7 @@ func (f *lbFixture) placementOnly() *placement {
 	f.t.Helper()
 	p := f.lb.place
 	factory := informers.NewSharedInformerFactory(f.client, 0)
-	if err := p.watch(factory, f.rec, f.client); err != nil {
+	if err := p.watch(factory, f.events.Recorder, f.client); err != nil {
 		f.t.Fatal(err)
 	}
 	factory.Start(f.ctx.Done())
@@ -180,7 +181,7 @@ func TestPlacementWaitsForItsInformers(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.sync(f.ctx, nil)
-	before := f.ann.answering(vip)
+	before := f.ann.MAC(vip)
 	if before == nil {
 		t.Fatalf("%s not placed", vip)
 	}
@@ -189,13 +190,13 @@ func TestPlacementWaitsForItsInformers(t *testing.T) {
 	// A change a pass acts on: the VIP is no longer held.
 	f.lb.alloc.Release("default/svc")
 	p.sync(f.ctx, nil)
-	if got := f.ann.answering(vip); got.String() != before.String() || f.ann.removed(vip) {
-		t.Fatalf("before the informers synced %s went from %s to %v (removed: %v)", vip, before, got, f.ann.removed(vip))
+	if got := f.ann.MAC(vip); got.String() != before.String() || f.ann.Removed(vip) {
+		t.Fatalf("before the informers synced %s went from %s to %v (removed: %v)", vip, before, got, f.ann.Removed(vip))
 	}
 	synced = true
 	p.sync(f.ctx, nil)
-	if !f.ann.removed(vip) {
-		t.Fatalf("once synced, the released %s is still answered by %v", vip, f.ann.answering(vip))
+	if !f.ann.Removed(vip) {
+		t.Fatalf("once synced, the released %s is still answered by %v", vip, f.ann.MAC(vip))
 	}
 	if len(p.dampedUntil) != 0 {
 		t.Errorf("the released %s's damping is still kept: %v", vip, p.dampedUntil)
@@ -222,28 +223,22 @@ func TestSyncsDuringAPassShareTheNext(t *testing.T) {
 	// The first pass stops where it reads what the bridge answers, after
 	// it has read the VIPs: the VIPs assigned from here on are not its.
 	hold := make(chan struct{})
-	f.ann.mu.Lock()
-	f.ann.hold = hold
-	f.ann.mu.Unlock()
+	f.ann.Hold(hold)
 	var wg sync.WaitGroup
 	wg.Go(func() { p.sync(f.ctx, nil) })
-	f.waitFor("the first pass", func() bool {
-		f.ann.mu.Lock()
-		defer f.ann.mu.Unlock()
-		return f.ann.held == 1
-	})
+	f.waitFor("the first pass", func() bool { return f.ann.Held() == 1 })
 
 	const n = 20
 	vips := make([]netip.Addr, n)
 	for i := range n {
-		svc := lbService(fmt.Sprintf("burst-%d", i))
+		svc := lbtest.Service(fmt.Sprintf("burst-%d", i))
 		vips[i] = netip.AddrFrom4([4]byte{10, 0, 0, byte(11 + i)})
 		if err := f.lb.alloc.Assign(key(svc), vips[i], lb.Request{}); err != nil {
 			t.Fatal(err)
 		}
 		wg.Go(func() {
 			p.sync(f.ctx, svc)
-			if f.ann.answering(vips[i]) == nil {
+			if f.ann.MAC(vips[i]) == nil {
 				t.Errorf("sync of %s returned before %s was announced", svc.Name, vips[i])
 			}
 		})
@@ -276,27 +271,27 @@ func TestSyncsDuringAPassShareTheNext(t *testing.T) {
 func TestRestartBeforeLeadingWaitsForReport(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.15")
 	restarted := testNodes[0]
-	f.hv.setState(restarted.name, libvirtcloud.StateShutOff)
-	f.hv.setState(restarted.name, libvirtcloud.StateRunning)
+	f.hv.SetState(restarted.Name, libvirtcloud.StateShutOff)
+	f.hv.SetState(restarted.Name, libvirtcloud.StateRunning)
 	f.start()
 	var vips []netip.Addr
 	for i := range 6 {
-		vips = append(vips, f.mustEnsure(lbService(fmt.Sprintf("web-%d", i))))
+		vips = append(vips, f.mustEnsure(lbtest.Service(fmt.Sprintf("web-%d", i))))
 	}
 	for _, vip := range vips {
-		if got := f.ann.answering(vip); got.String() == restarted.mac.String() {
-			t.Errorf("%s handed to %s, whose domain restarted and whose Node has not reported since", vip, restarted.name)
+		if got := f.ann.MAC(vip); got.String() == restarted.MAC.String() {
+			t.Errorf("%s handed to %s, whose domain restarted and whose Node has not reported since", vip, restarted.Name)
 		}
 	}
 	// Its kubelet reports: the VIPs rendezvous gives it go there.
-	n := restarted.object()
+	n := restarted.Object()
 	n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now())
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("a VIP on "+restarted.name, func() bool {
+	f.waitFor("a VIP on "+restarted.Name, func() bool {
 		for _, vip := range vips {
-			if f.ann.answering(vip).String() == restarted.mac.String() {
+			if f.ann.MAC(vip).String() == restarted.MAC.String() {
 				return true
 			}
 		}
@@ -312,18 +307,18 @@ func TestRestartBeforeLeadingWaitsForReport(t *testing.T) {
 func TestLocalPolicyDampsEndpointFlaps(t *testing.T) {
 	const damping = 500 * time.Millisecond
 	a, b := testNodes[0], testNodes[1]
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", localPolicy), endpointSlice("web", map[string]bool{a.name: true}))
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web", lbtest.LocalPolicy), lbtest.EndpointSlice("web", map[string]bool{a.Name: true}))
 	f.lb.place.localDamping = damping
 	f.start()
-	vip := f.mustEnsure(lbService("web", localPolicy))
-	if got := f.ann.answering(vip); got.String() != a.mac.String() {
-		t.Fatalf("answered by %v, want %s, the node with the endpoint", got, a.name)
+	vip := f.mustEnsure(lbtest.Service("web", lbtest.LocalPolicy))
+	if got := f.ann.MAC(vip); got.String() != a.MAC.String() {
+		t.Fatalf("answered by %v, want %s, the node with the endpoint", got, a.Name)
 	}
 	time.Sleep(damping) // past the first announcement's damping
-	sets := len(f.ann.setsFor(vip))
-	flip := func(on testNode) {
+	sets := len(f.ann.SetsFor(vip))
+	flip := func(on lbtest.Node) {
 		t.Helper()
-		es := endpointSlice("web", map[string]bool{on.name: true, otherNode(on).name: false})
+		es := lbtest.EndpointSlice("web", map[string]bool{on.Name: true, lbtest.OtherNode(on).Name: false})
 		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, es, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -331,24 +326,24 @@ func TestLocalPolicyDampsEndpointFlaps(t *testing.T) {
 
 	start := time.Now()
 	flip(b)
-	f.waitFor("the first flip's move to "+b.name, func() bool { return f.ann.answering(vip).String() == b.mac.String() })
+	f.waitFor("the first flip's move to "+b.Name, func() bool { return f.ann.MAC(vip).String() == b.MAC.String() })
 	on := b
 	for range 19 {
-		on = otherNode(on)
+		on = lbtest.OtherNode(on)
 		flip(on)
 		time.Sleep(10 * time.Millisecond)
 	}
 	flipping := time.Since(start)
-	f.waitFor("the VIP on "+on.name+" once the damping ends", func() bool { return f.ann.answering(vip).String() == on.mac.String() })
+	f.waitFor("the VIP on "+on.Name+" once the damping ends", func() bool { return f.ann.MAC(vip).String() == on.MAC.String() })
 	time.Sleep(damping) // any move still to come
-	moves := len(f.ann.setsFor(vip)) - sets
+	moves := len(f.ann.SetsFor(vip)) - sets
 	// One move at the first flip, then one per damping begun while flipping.
 	if allowed := 2 + int(flipping/damping); moves > allowed {
 		t.Errorf("20 flips in %v moved the VIP %d times, want at most %d (damping %v): %q",
-			flipping.Round(time.Millisecond), moves, allowed, damping, f.ann.setsFor(vip))
+			flipping.Round(time.Millisecond), moves, allowed, damping, f.ann.SetsFor(vip))
 	}
-	if got := f.ann.answering(vip); got.String() != on.mac.String() {
-		t.Errorf("after the flips the VIP is on %v, want %s, the node with the endpoint", got, on.name)
+	if got := f.ann.MAC(vip); got.String() != on.MAC.String() {
+		t.Errorf("after the flips the VIP is on %v, want %s, the node with the endpoint", got, on.Name)
 	}
 	if n := f.count(v1.EventTypeNormal, ReasonVIPMoved); n != moves {
 		t.Errorf("%d %s events for %d moves", n, ReasonVIPMoved, moves)
@@ -359,23 +354,23 @@ func TestLocalPolicyDampsEndpointFlaps(t *testing.T) {
 // that node lives, and leaves it at once when its domain stops.
 func TestLocalPolicyFailoverIsNotDamped(t *testing.T) {
 	a, b := testNodes[0], testNodes[1]
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", localPolicy), endpointSlice("web", map[string]bool{a.name: true}))
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web", lbtest.LocalPolicy), lbtest.EndpointSlice("web", map[string]bool{a.Name: true}))
 	f.lb.place.localDamping = time.Hour
 	f.start()
-	vip := f.mustEnsure(lbService("web", localPolicy))
-	if got := f.ann.answering(vip); got.String() != a.mac.String() {
-		t.Fatalf("answered by %v, want %s, the node with the endpoint", got, a.name)
+	vip := f.mustEnsure(lbtest.Service("web", lbtest.LocalPolicy))
+	if got := f.ann.MAC(vip); got.String() != a.MAC.String() {
+		t.Fatalf("answered by %v, want %s, the node with the endpoint", got, a.Name)
 	}
-	es := endpointSlice("web", map[string]bool{a.name: false, b.name: true})
+	es := lbtest.EndpointSlice("web", map[string]bool{a.Name: false, b.Name: true})
 	if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, es, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // the loop's pass on the update
 	f.lb.place.sync(f.ctx, nil)
-	if got := f.ann.answering(vip); got.String() != a.mac.String() {
-		t.Fatalf("within the damping the VIP left live %s for %v", a.name, got)
+	if got := f.ann.MAC(vip); got.String() != a.MAC.String() {
+		t.Fatalf("within the damping the VIP left live %s for %v", a.Name, got)
 	}
 
-	f.hv.setState(a.name, libvirtcloud.StateShutOff)
-	f.waitFor("failover to "+b.name, func() bool { return f.ann.answering(vip).String() == b.mac.String() })
+	f.hv.SetState(a.Name, libvirtcloud.StateShutOff)
+	f.waitFor("failover to "+b.Name, func() bool { return f.ann.MAC(vip).String() == b.MAC.String() })
 }

@@ -10,11 +10,12 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/labcloud/labcloud/metrics"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // TestPlacementInputsChanged: only what a pass reads of a Node starts one.
 func TestPlacementInputsChanged(t *testing.T) {
-	base := testNodes[0].object()
+	base := testNodes[0].Object()
 	cases := []struct {
 		name   string
 		change func(n *v1.Node)
@@ -54,10 +55,10 @@ func TestPlacementInputsChanged(t *testing.T) {
 // nothing placement reads must not start one; one that does still does.
 func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
-	f.mustEnsure(lbService("web"))
+	f.mustEnsure(lbtest.Service("web"))
 	passes := passCounter(t, f)
 	for i := range 20 {
-		n, err := f.client.CoreV1().Nodes().Get(f.ctx, testNodes[i%len(testNodes)].name, metav1.GetOptions{})
+		n, err := f.client.CoreV1().Nodes().Get(f.ctx, testNodes[i%len(testNodes)].Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,15 +101,15 @@ func passCounter(t *testing.T, f *lbFixture) func() uint64 {
 // start a pass only for Services with externalTrafficPolicy Local, and only
 // when the nodes holding a ready endpoint change.
 func TestEndpointSliceUpdatesThatChangeNothingStartNoPass(t *testing.T) {
-	a, b := testNodes[0].name, testNodes[1].name
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("local", localPolicy), lbService("cluster"),
-		endpointSlice("local", map[string]bool{a: true}), endpointSlice("cluster", map[string]bool{a: true})).start()
-	f.mustEnsure(lbService("local", localPolicy))
-	f.mustEnsure(lbService("cluster"))
+	a, b := testNodes[0].Name, testNodes[1].Name
+	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("local", lbtest.LocalPolicy), lbtest.Service("cluster"),
+		lbtest.EndpointSlice("local", map[string]bool{a: true}), lbtest.EndpointSlice("cluster", map[string]bool{a: true})).start()
+	f.mustEnsure(lbtest.Service("local", lbtest.LocalPolicy))
+	f.mustEnsure(lbtest.Service("cluster"))
 	passes := passCounter(t, f)
 	update := func(svc string, ready map[string]bool) {
 		t.Helper()
-		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, endpointSlice(svc, ready), metav1.UpdateOptions{}); err != nil {
+		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, lbtest.EndpointSlice(svc, ready), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
