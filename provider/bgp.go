@@ -41,17 +41,10 @@ type bgpAnnouncer struct {
 	nodes     corelisters.NodeLister
 	synced    []cache.InformerSynced
 	changed   follow.Kicker // a pending recompute
-	// vips, in routed mode (bgp.announceVIPs), are the VIPs to announce as
-	// the Services' Announced conditions place them; nil otherwise.
-	vips *announcedVIPs
-}
-
-// announcedVIPs reads which node answers each VIP of the Services this
-// CCM serves, as far as trustedAnswers believes the conditions.
-type announcedVIPs struct {
-	services corelisters.ServiceLister
-	rules    claimRules
-	report   *claimReporter
+	// vips, in routed mode (bgp.announceVIPs), read which node answers
+	// each VIP of the Services this CCM serves, as far as trustedAnswers
+	// believes the conditions; nil otherwise.
+	vips *claimReader
 }
 
 func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error) {
@@ -76,9 +69,9 @@ func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInform
 		return err
 	}
 	if vips != nil {
-		a.vips = &announcedVIPs{services: vips.services.Lister(), rules: vips.rules, report: newClaimReporter(vips.recorder, vips.grace)}
+		a.vips = vips.reader()
 		a.synced = append(a.synced, vips.synced...)
-		if _, err := follow.OnAnyChange(vips.services.Informer(), a.changed.Kick); err != nil {
+		if _, err := a.vips.OnChange(a.changed.Kick); err != nil {
 			return err
 		}
 	}
@@ -175,17 +168,15 @@ func (a *bgpAnnouncer) desired(ctx context.Context) (routes []bgp.Route, refused
 	}
 	routes, refused = bgpRoutes(nodes, podCIDRRules{cluster: a.cluster, connected: connected}, a.onHost)
 	if a.vips != nil {
-		services, err := a.vips.services.List(labels.Everything())
+		// This host tells only of the claims it would have announced.
+		var answers map[netip.Addr]lb.Answer
+		answers, recheck, err = a.vips.Answers(ctx, func(ans lb.Answer) bool {
+			n := nodeNamed(nodes, ans.Node)
+			return n != nil && a.onHost(n)
+		})
 		if err != nil {
 			return nil, nil, false, err
 		}
-		answers, claims := trustedAnswers(services, a.vips.rules)
-		// This host tells only of the claims it would have announced.
-		claims = slices.DeleteFunc(claims, func(c refusedClaim) bool {
-			n := nodeNamed(nodes, c.answer.Node)
-			return n == nil || !a.onHost(n)
-		})
-		recheck = a.vips.report.note(ctx, claims, time.Now())
 		vr, vrefused := vipRoutes(answers, nodes, a.onHost)
 		routes, refused = append(routes, vr...), append(refused, vrefused...)
 	}

@@ -21,7 +21,7 @@ func TestVIPDefendedEvents(t *testing.T) {
 	f.lb.vipDefended(announce.Defence{VIP: vip, From: from, Probe: true})
 	f.lb.vipDefended(announce.Defence{VIP: vip, From: from, Ignored: 7})
 	var got []string
-	for _, e := range f.drain() {
+	for _, e := range f.Drain() {
 		if strings.HasPrefix(e, v1.EventTypeWarning+" "+ReasonConflict+" ") {
 			got = append(got, e)
 		}

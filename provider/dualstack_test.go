@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -52,7 +53,7 @@ func TestPreferDualStackSaysWhatIsMissing(t *testing.T) {
 	}
 	partial := func() []string {
 		var out []string
-		for _, e := range f.drain() {
+		for _, e := range f.Drain() {
 			if strings.HasPrefix(e, v1.EventTypeNormal+" "+ReasonDualStackPartial+" ") {
 				out = append(out, e)
 			}
@@ -106,28 +107,9 @@ func TestDualStackVIPsAnsweredTogether(t *testing.T) {
 		t.Fatalf("VIP pairs %v answered apart: %v", pairs, f.ann.Answering())
 	}
 	first, _ := lbtest.NodeOf(f.ann.MAC(pairs[0][0]))
-	f.setReady(first, v1.ConditionFalse, t0)
+	f.SetReady(first, v1.ConditionFalse, time.Now())
 	other := lbtest.OtherNode(first)
-	f.waitFor("both VIPs moved to "+other.Name, func() bool {
+	f.WaitFor("both VIPs moved to "+other.Name, func() bool {
 		return together() && f.ann.MAC(pairs[0][1]).String() == other.MAC.String()
 	})
-}
-
-// TestSnapshotRanksDualStackTogether: a VIP that ranks as another ranks
-// the nodes both allow, so both have one first node.
-func TestSnapshotRanksDualStackTogether(t *testing.T) {
-	v4, v6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
-	nodes := []snapNode{{name: "a"}, {name: "b"}, {name: "c"}, {name: "d"}}
-	for _, onlyOn := range []map[string]bool{nil, {"b": true, "d": true}} {
-		s, _ := testSnapshot(nodes, map[netip.Addr]vipClaim{
-			v4: {services: []string{"default/dual"}, onlyOn: onlyOn},
-			v6: {services: []string{"default/dual"}, rankAs: v4},
-		}, false)
-		if len(s.ranked[v4]) == 0 || !slices.Equal(s.ranked[v4], s.ranked[v6]) {
-			t.Errorf("onlyOn %v: %s ranks %v, %s ranks %v; want the same", onlyOn, v4, s.ranked[v4], v6, s.ranked[v6])
-		}
-		if onlyOn != nil && !onlyOn[s.ranked[v6][0]] {
-			t.Errorf("onlyOn %v: %s answered by %s", onlyOn, v6, s.ranked[v6][0])
-		}
-	}
 }

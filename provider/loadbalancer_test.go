@@ -25,10 +25,11 @@ import (
 	"github.com/labcloud/labcloud/metrics"
 	"github.com/labcloud/labcloud/provider/internal/follow"
 	"github.com/labcloud/labcloud/provider/internal/lbtest"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 var (
-	_ Announcer           = (*lbtest.Announcer)(nil)
+	_ placement.Announcer = (*lbtest.Announcer)(nil)
 	_ Hypervisor          = (*lbtest.Hypervisor)(nil)
 	_ follow.DomainEvents = (*lbtest.Hypervisor)(nil)
 )
@@ -37,14 +38,17 @@ var testNodes = lbtest.Nodes()
 
 // lbFixture is a loadBalancer over fakes, started as Initialize starts it.
 type lbFixture struct {
+	lbtest.Cluster
 	t      *testing.T
 	ctx    context.Context
 	lb     *loadBalancer
 	ann    *lbtest.Announcer
 	hv     *lbtest.Hypervisor
+	in     *instances
 	client *fake.Clientset
 	events *lbtest.Events
 	nodes  []*v1.Node
+	served chan struct{} // closed once the started load balancer's loop ends
 }
 
 // newLBFixture builds the provider's load balancer over pool, with the
@@ -67,18 +71,21 @@ func newLBFixtureOf(t *testing.T, pools []lb.PoolConfig, objects ...runtime.Obje
 		objects = append(objects, obj)
 	}
 	f.client = fake.NewClientset(objects...)
+	f.Cluster = lbtest.NewCluster(t, ctx, f.client, f.events)
 	cfg := DefaultConfig()
-	in := &instances{cfg: &cfg, hypervisors: []Hypervisor{f.hv}}
-	l := newLoadBalancerWith(lbConfig(t, pools), []Hypervisor{f.hv}, in, f.ann, nil, nil)
+	f.in = &instances{cfg: &cfg, hypervisors: []Hypervisor{f.hv}}
+	l := newLoadBalancerWith(lbConfig(t, pools), []Hypervisor{f.hv}, f.in, f.ann, nil, nil)
 	f.lb = l
 	// After its test, no pass of this fixture may run: the placement loop
-	// outlives ctx by the pass it is in (and may start one more), and the
-	// pass metrics are the process's. Taking the pass token for good waits
-	// out the pass in progress and keeps any later one from starting.
+	// outlives ctx by the pass it is in, and the pass metrics are the
+	// process's. Its end is waited for.
 	t.Cleanup(func() {
 		cancel()
+		if f.served == nil {
+			return
+		}
 		select {
-		case l.place.passing <- struct{}{}:
+		case <-f.served:
 		case <-time.After(10 * time.Second):
 			t.Error("a placement pass still runs 10 s after its test")
 		}
@@ -86,14 +93,19 @@ func newLBFixtureOf(t *testing.T, pools []lb.PoolConfig, objects ...runtime.Obje
 	return f
 }
 
-// start runs the load balancer as SetInformers does, with the
+// start runs the load balancer as SetInformers does (start), with the
 // FakeRecorder in place of the provider's recorder.
 func (f *lbFixture) start() *lbFixture {
 	f.t.Helper()
 	factory := informers.NewSharedInformerFactory(f.client, 0)
-	if err := f.lb.start(f.ctx, f.client, factory, f.events.Recorder); err != nil {
+	if err := f.lb.lead(f.ctx, f.client, factory, f.events.Recorder); err != nil {
 		f.t.Fatal(err)
 	}
+	f.served = make(chan struct{})
+	go func() {
+		defer close(f.served)
+		f.lb.serve(f.ctx)
+	}()
 	factory.Start(f.ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(f.ctx.Done()) {
 		if !ok {
@@ -124,21 +136,6 @@ func (f *lbFixture) mustEnsure(svc *v1.Service) netip.Addr {
 	return netip.MustParseAddr(ing.IP)
 }
 
-func (f *lbFixture) drain() []string              { return f.events.Drain() }
-func (f *lbFixture) count(typ, reason string) int { return f.events.Count(typ, reason) }
-
-// waitFor polls cond (the failover loop works asynchronously).
-func (f *lbFixture) waitFor(what string, cond func() bool) {
-	f.t.Helper()
-	lbtest.WaitFor(f.t, f.ctx, f.events, what, cond)
-}
-
-// setReady sets a test Node's Ready condition (lbtest.SetReady).
-func (f *lbFixture) setReady(n lbtest.Node, status v1.ConditionStatus, changed time.Time) {
-	f.t.Helper()
-	lbtest.SetReady(f.t, f.ctx, f.client, n, status, changed)
-}
-
 // The Service is in the cache, as the service controller's are: a pass of
 // the placement loop that runs before the call's own may be the one that
 // announces the VIP, and it finds the Service there for its event.
@@ -156,8 +153,8 @@ func TestLoadBalancerAllocatesFromPoolAndAnnounces(t *testing.T) {
 	if got := len(f.ann.Probes()); got != 1 {
 		t.Errorf("%d probes before announcing, want 1", got)
 	}
-	if f.count(v1.EventTypeNormal, ReasonAllocated) != 1 || f.count(v1.EventTypeNormal, ReasonVIPAnnounced) != 1 {
-		t.Errorf("events = %q, want one %s and one %s", f.drain(), ReasonAllocated, ReasonVIPAnnounced)
+	if f.Count(v1.EventTypeNormal, ReasonAllocated) != 1 || f.Count(v1.EventTypeNormal, placement.ReasonVIPAnnounced) != 1 {
+		t.Errorf("events = %q, want one %s and one %s", f.Drain(), ReasonAllocated, placement.ReasonVIPAnnounced)
 	}
 
 	// A second sync changes nothing and says nothing: at most it mends the
@@ -169,7 +166,7 @@ func TestLoadBalancerAllocatesFromPoolAndAnnounces(t *testing.T) {
 	if len(f.ann.Probes()) != 1 || len(f.ann.SetsFor(vip)) > sets+1 || f.ann.MAC(vip).String() != mac.String() {
 		t.Errorf("second sync: probes %v, sets %v; want no new probe and the same MAC", f.ann.Probes(), f.ann.SetsFor(vip))
 	}
-	if events := f.drain(); len(events) != 2 {
+	if events := f.Drain(); len(events) != 2 {
 		t.Errorf("second sync added events: %q", events)
 	}
 	st, exists, err := f.lb.GetLoadBalancer(f.ctx, "test", svc)
@@ -216,18 +213,18 @@ func TestLoadBalancerLoadsStatusesBeforeAllocating(t *testing.T) {
 	if !errors.As(err, &exhausted) {
 		t.Errorf("new-3: err = %v, want pool exhausted", err)
 	}
-	if f.count(v1.EventTypeWarning, ReasonExhausted) != 1 {
-		t.Errorf("events = %q, want one %s", f.drain(), ReasonExhausted)
+	if f.Count(v1.EventTypeWarning, ReasonExhausted) != 1 {
+		t.Errorf("events = %q, want one %s", f.Drain(), ReasonExhausted)
 	}
 	// The loaded Services keep their addresses, without an allocation event.
-	before := f.count(v1.EventTypeNormal, ReasonAllocated)
+	before := f.Count(v1.EventTypeNormal, ReasonAllocated)
 	if got := f.mustEnsure(lbtest.Service("old-1")); got != netip.MustParseAddr("10.0.0.11") {
 		t.Errorf("old-1 moved to %s, want its status address 10.0.0.11", got)
 	}
 	if got := f.mustEnsure(lbtest.Service("old-2")); got != netip.MustParseAddr("10.0.0.10") {
 		t.Errorf("old-2 moved to %s, want its status address 10.0.0.10", got)
 	}
-	if after := f.count(v1.EventTypeNormal, ReasonAllocated); after != before {
+	if after := f.Count(v1.EventTypeNormal, ReasonAllocated); after != before {
 		t.Errorf("re-syncing loaded Services emitted %d %s events", after-before, ReasonAllocated)
 	}
 }
@@ -247,14 +244,14 @@ func TestLoadBalancerConflictProbe(t *testing.T) {
 	if sets := f.ann.SetsFor(vip); len(sets) != 0 {
 		t.Fatalf("a VIP another host answers for was announced: %v", sets)
 	}
-	if n := f.count(v1.EventTypeWarning, ReasonConflict); n != 1 {
-		t.Fatalf("%d %s events over 3 retries, want 1: %q", n, ReasonConflict, f.drain())
+	if n := f.Count(v1.EventTypeWarning, ReasonConflict); n != 1 {
+		t.Fatalf("%d %s events over 3 retries, want 1: %q", n, ReasonConflict, f.Drain())
 	}
-	if f.count(v1.EventTypeNormal, ReasonVIPAnnounced) != 0 {
-		t.Fatalf("conflicting VIP reported announced: %q", f.drain())
+	if f.Count(v1.EventTypeNormal, placement.ReasonVIPAnnounced) != 0 {
+		t.Fatalf("conflicting VIP reported announced: %q", f.Drain())
 	}
 	// The failover loop leaves an unprobed VIP alone.
-	f.lb.place.sync(f.ctx, nil)
+	f.lb.place.Sync(f.ctx, nil)
 	if sets := f.ann.SetsFor(vip); len(sets) != 0 {
 		t.Fatalf("failover loop announced a conflicting VIP: %v", sets)
 	}
@@ -291,15 +288,15 @@ func TestLoadBalancerWarnsOncePerBadRequest(t *testing.T) {
 			t.Fatal("a malformed lb.labcloud.io/ip was accepted")
 		}
 	}
-	if n := f.count(v1.EventTypeWarning, ReasonInvalidRequest); n != 1 {
-		t.Fatalf("%d %s events for the same bad value over 3 retries, want 1: %q", n, ReasonInvalidRequest, f.drain())
+	if n := f.Count(v1.EventTypeWarning, ReasonInvalidRequest); n != 1 {
+		t.Fatalf("%d %s events for the same bad value over 3 retries, want 1: %q", n, ReasonInvalidRequest, f.Drain())
 	}
 	// A different bad value is news.
 	worse := lbtest.Service("web", lbtest.WithAnnotation(lb.AnnotationIP, "0.0.0.0"))
 	for range 2 {
 		_, _ = f.ensure(worse)
 	}
-	if n := f.count(v1.EventTypeWarning, ReasonInvalidRequest); n != 2 {
+	if n := f.Count(v1.EventTypeWarning, ReasonInvalidRequest); n != 2 {
 		t.Fatalf("%d %s events after the value changed, want 2", n, ReasonInvalidRequest)
 	}
 	// Outside every pool: its own reason, once.
@@ -307,15 +304,15 @@ func TestLoadBalancerWarnsOncePerBadRequest(t *testing.T) {
 	for range 2 {
 		_, _ = f.ensure(outside)
 	}
-	if n := f.count(v1.EventTypeWarning, ReasonNotInPool); n != 1 {
-		t.Fatalf("%d %s events, want 1: %q", n, ReasonNotInPool, f.drain())
+	if n := f.Count(v1.EventTypeWarning, ReasonNotInPool); n != 1 {
+		t.Fatalf("%d %s events, want 1: %q", n, ReasonNotInPool, f.Drain())
 	}
 	// Fixed: served; broken again later: warned again.
 	if got := f.mustEnsure(lbtest.Service("web", lbtest.WithAnnotation(lb.AnnotationIP, "10.0.0.12"))); got != netip.MustParseAddr("10.0.0.12") {
 		t.Fatalf("requested 10.0.0.12, got %s", got)
 	}
 	_, _ = f.ensure(bad)
-	if n := f.count(v1.EventTypeWarning, ReasonInvalidRequest); n != 3 {
+	if n := f.Count(v1.EventTypeWarning, ReasonInvalidRequest); n != 3 {
 		t.Fatalf("%d %s events after the value broke again, want 3", n, ReasonInvalidRequest)
 	}
 }
@@ -338,8 +335,8 @@ func TestLoadBalancerWaitingServiceRetriesSoon(t *testing.T) {
 			t.Fatalf("second: err = %v, want the address taken as a short RetryError", err)
 		}
 	}
-	if n := f.count(v1.EventTypeWarning, ReasonTaken); n != 1 {
-		t.Fatalf("%d %s events, want 1: %q", n, ReasonTaken, f.drain())
+	if n := f.Count(v1.EventTypeWarning, ReasonTaken); n != 1 {
+		t.Fatalf("%d %s events, want 1: %q", n, ReasonTaken, f.Drain())
 	}
 	f.client.ClearActions()
 	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", first); err != nil {
@@ -377,14 +374,14 @@ func TestLoadBalancerDeleteReleases(t *testing.T) {
 	if err != nil || exists {
 		t.Fatalf("GetLoadBalancer after delete = %+v, %v, %v; want not found, so the finalizer goes", st, exists, err)
 	}
-	if f.count(v1.EventTypeNormal, ReasonReleased) != 1 {
-		t.Fatalf("events = %q, want one %s", f.drain(), ReasonReleased)
+	if f.Count(v1.EventTypeNormal, ReasonReleased) != 1 {
+		t.Fatalf("events = %q, want one %s", f.Drain(), ReasonReleased)
 	}
 	// Deleting again (the finalizer retry) is harmless and silent.
 	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
 		t.Fatal(err)
 	}
-	if f.count(v1.EventTypeNormal, ReasonReleased) != 1 {
+	if f.Count(v1.EventTypeNormal, ReasonReleased) != 1 {
 		t.Fatalf("second delete emitted another %s", ReasonReleased)
 	}
 	// The only address is free again, and is probed again before reuse.
@@ -431,8 +428,8 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 
 	// The answering node's domain shuts off: the other node answers.
 	f.hv.SetState(first.Name, libvirtcloud.StateShutOff)
-	f.waitFor("move to "+other.Name, func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
-	f.waitFor(ReasonVIPMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonVIPMoved) == 1 })
+	f.WaitFor("move to "+other.Name, func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
+	f.WaitFor(placement.ReasonVIPMoved+" event", func() bool { return f.Count(v1.EventTypeNormal, placement.ReasonVIPMoved) == 1 })
 	if n := moves(); n != 1 {
 		t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveDomainDown)
 	}
@@ -444,13 +441,13 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 
 	// The other one crashes too: nobody answers, and the Service hears it.
 	f.hv.SetState(other.Name, libvirtcloud.StateCrashed)
-	f.waitFor("VIP withdrawn", func() bool { return f.ann.MAC(vip) == nil })
-	f.waitFor("NoEligibleNode event", func() bool { return f.count(v1.EventTypeWarning, ReasonNoNodeForVIP) == 1 })
+	f.WaitFor("VIP withdrawn", func() bool { return f.ann.MAC(vip) == nil })
+	f.WaitFor("NoEligibleNode event", func() bool { return f.Count(v1.EventTypeWarning, placement.ReasonNoNodeForVIP) == 1 })
 
 	// The first comes back, but its guest is still booting: its Node has
 	// not reported since the domain started, so it does not answer yet.
 	f.hv.SetState(first.Name, libvirtcloud.StateRunning)
-	f.lb.place.sync(f.ctx, nil)
+	f.lb.place.Sync(f.ctx, nil)
 	if got := f.ann.MAC(vip); got != nil {
 		t.Fatalf("VIP handed to %v before the restarted node reported", got)
 	}
@@ -460,7 +457,7 @@ func TestLoadBalancerFailoverOnDomainEvent(t *testing.T) {
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("re-announced via "+first.Name, func() bool { return f.ann.MAC(vip).String() == first.MAC.String() })
+	f.WaitFor("re-announced via "+first.Name, func() bool { return f.ann.MAC(vip).String() == first.MAC.String() })
 	if n := len(f.ann.Probes()); n != 1 {
 		t.Errorf("failover probed %d times; the address was claimed once", n)
 	}
@@ -492,13 +489,13 @@ func TestLoadBalancerFailoverWhenNodeOrDomainIsGone(t *testing.T) {
 			moves := lbtest.Counter(t, metrics.VIPMoves.WithLabelValues(tc.reason))
 
 			tc.gone(f, first)
-			f.waitFor("move to "+other.Name, func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
+			f.WaitFor("move to "+other.Name, func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
 			if n := moves(); n != 1 {
 				t.Errorf("%v moves with reason %s, want 1", n, tc.reason)
 			}
-			f.waitFor(ReasonVIPMoved+" event", func() bool { return f.count(v1.EventTypeNormal, ReasonVIPMoved) == 1 })
+			f.WaitFor(placement.ReasonVIPMoved+" event", func() bool { return f.Count(v1.EventTypeNormal, placement.ReasonVIPMoved) == 1 })
 			want := fmt.Sprintf("%s moved from node %s to node %s", vip, first.Name, other.Name)
-			if ev := f.drain(); !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, want) }) {
+			if ev := f.Drain(); !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, want) }) {
 				t.Errorf("events %q, want one saying %q", ev, want)
 			}
 		})
@@ -519,7 +516,7 @@ func TestLoadBalancerFailoverOnNodeNotReady(t *testing.T) {
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("move off the NotReady node", func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
+	f.WaitFor("move off the NotReady node", func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
 	if n := notReady(); n != 1 {
 		t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveNodeNotReady)
 	}
@@ -530,54 +527,12 @@ func TestLoadBalancerFailoverOnNodeNotReady(t *testing.T) {
 	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("back on "+first.Name, func() bool { return f.ann.MAC(vip).String() == first.MAC.String() })
+	f.WaitFor("back on "+first.Name, func() bool { return f.ann.MAC(vip).String() == first.MAC.String() })
 	if n := rebalance(); n != 1 {
 		t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveRebalance)
 	}
 	if causes := f.ann.Causes(); len(causes) != 0 {
 		t.Errorf("moves not caused by libvirt events were timed: %v", causes)
-	}
-}
-
-func TestLoadBalancerLocalPolicyUsesNodesWithReadyEndpoints(t *testing.T) {
-	for _, n := range testNodes {
-		t.Run("endpoint on "+n.Name, func(t *testing.T) {
-			other := lbtest.OtherNode(n)
-			f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web", lbtest.LocalPolicy),
-				lbtest.EndpointSlice("web", map[string]bool{n.Name: true, other.Name: false}))
-			f.lb.place.localDamping = time.Millisecond // TestLocalPolicyDampsEndpointFlaps tests it
-			f.start()
-			vip := f.mustEnsure(lbtest.Service("web", lbtest.LocalPolicy))
-			if got := f.ann.MAC(vip); got.String() != n.MAC.String() {
-				t.Fatalf("answered by %v, want %s, the only node with a ready endpoint", got, n.Name)
-			}
-			moves := lbtest.Counter(t, metrics.VIPMoves.WithLabelValues(metrics.MoveEndpoints))
-
-			// The endpoint moves: so does the VIP, without a service sync.
-			moved := lbtest.EndpointSlice("web", map[string]bool{n.Name: false, other.Name: true})
-			if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, moved, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			f.waitFor("follow the endpoint to "+other.Name, func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
-			if n := moves(); n != 1 {
-				t.Errorf("%v moves with reason %s, want 1", n, metrics.MoveEndpoints)
-			}
-
-			// No ready endpoint anywhere: nobody answers.
-			none := lbtest.EndpointSlice("web", map[string]bool{n.Name: false, other.Name: false})
-			if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, none, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			f.waitFor("VIP withdrawn", func() bool { return f.ann.MAC(vip) == nil })
-		})
-	}
-
-	// Cluster policy ignores endpoints.
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web"),
-		lbtest.EndpointSlice("web", map[string]bool{testNodes[0].Name: false, testNodes[1].Name: false})).start()
-	vip := f.mustEnsure(lbtest.Service("web"))
-	if _, ok := lbtest.NodeOf(f.ann.MAC(vip)); !ok {
-		t.Fatalf("Cluster policy: answered by %v, want any node", f.ann.MAC(vip))
 	}
 }
 
@@ -608,27 +563,27 @@ func TestVIPStaysWhileEveryNodeIsUnknown(t *testing.T) {
 	other := lbtest.OtherNode(first)
 
 	// Unknown for longer than the hold: only a Ready node would take it.
-	long := time.Now().Add(-2 * UnknownHold)
-	f.setReady(other, v1.ConditionUnknown, long)
-	f.setReady(first, v1.ConditionUnknown, long)
+	long := time.Now().Add(-2 * placement.UnknownHold)
+	f.SetReady(other, v1.ConditionUnknown, long)
+	f.SetReady(first, v1.ConditionUnknown, long)
 	time.Sleep(100 * time.Millisecond) // the loop's passes on both updates
-	f.lb.place.sync(f.ctx, nil)
+	f.lb.place.Sync(f.ctx, nil)
 	if f.ann.Removed(vip) || f.ann.MAC(vip).String() != first.MAC.String() {
 		t.Fatalf("with every Node Unknown the VIP went from %s to %v (removed: %v); events %q",
-			first.MAC, f.ann.MAC(vip), f.ann.Removed(vip), f.drain())
+			first.MAC, f.ann.MAC(vip), f.ann.Removed(vip), f.Drain())
 	}
 
-	f.setReady(other, v1.ConditionTrue, time.Now())
-	f.waitFor("move to the Node that reported Ready", func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
+	f.SetReady(other, v1.ConditionTrue, time.Now())
+	f.WaitFor("move to the Node that reported Ready", func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
 
-	f.setReady(first, v1.ConditionUnknown, long)
-	f.setReady(other, v1.ConditionFalse, time.Now())
-	f.waitFor("withdrawn from the Node its kubelet reports NotReady", func() bool { return f.ann.Removed(vip) && f.ann.MAC(vip) == nil })
+	f.SetReady(first, v1.ConditionUnknown, long)
+	f.SetReady(other, v1.ConditionFalse, time.Now())
+	f.WaitFor("withdrawn from the Node its kubelet reports NotReady", func() bool { return f.ann.Removed(vip) && f.ann.MAC(vip) == nil })
 }
 
 // TestUnknownNodeKeepsVIPsForTheHold: the kubelets report again one by one
 // after a control-plane outage. The first node back Ready does not take the
-// VIPs of nodes that went Unknown less than UnknownHold ago; once their
+// VIPs of nodes that went Unknown less than placement.UnknownHold ago; once their
 // hold is over, a pass (with no other change to start it) moves them.
 func TestUnknownNodeKeepsVIPsForTheHold(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
@@ -636,22 +591,22 @@ func TestUnknownNodeKeepsVIPsForTheHold(t *testing.T) {
 	first, _ := lbtest.NodeOf(f.ann.MAC(vip))
 	other := lbtest.OtherNode(first)
 
-	f.setReady(first, v1.ConditionUnknown, time.Now())
-	f.setReady(other, v1.ConditionTrue, time.Now())
+	f.SetReady(first, v1.ConditionUnknown, time.Now())
+	f.SetReady(other, v1.ConditionTrue, time.Now())
 	time.Sleep(100 * time.Millisecond) // the loop's passes on both updates
-	f.lb.place.sync(f.ctx, nil)
+	f.lb.place.Sync(f.ctx, nil)
 	if got := f.ann.MAC(vip); got.String() != first.MAC.String() {
-		t.Fatalf("the VIP left the node Unknown for 0 s of the %v hold: answered by %v, want %s; events %q", UnknownHold, got, first.MAC, f.drain())
+		t.Fatalf("the VIP left the node Unknown for 0 s of the %v hold: answered by %v, want %s; events %q", placement.UnknownHold, got, first.MAC, f.Drain())
 	}
 
 	// The hold ends 1 s from now (room for a loaded machine to make the
 	// check below first); nothing else changes after this.
-	f.setReady(first, v1.ConditionUnknown, time.Now().Add(time.Second-UnknownHold))
+	f.SetReady(first, v1.ConditionUnknown, time.Now().Add(time.Second-placement.UnknownHold))
 	time.Sleep(100 * time.Millisecond)
 	if got := f.ann.MAC(vip); got.String() != first.MAC.String() {
 		t.Fatalf("the VIP left before its hold ended: answered by %v, want %s", got, first.MAC)
 	}
-	f.waitFor("move to the Ready node once the hold is over", func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
+	f.WaitFor("move to the Ready node once the hold is over", func() bool { return f.ann.MAC(vip).String() == other.MAC.String() })
 }
 
 // lbConfig is the defaults with a load balancer of pools on lbtest.Bridge, as

@@ -52,7 +52,7 @@ func TestPoolsKeptForNamespaces(t *testing.T) {
 		}
 	}
 	var warnings []string
-	for _, e := range f.drain() {
+	for _, e := range f.Drain() {
 		if strings.HasPrefix(e, v1.EventTypeWarning+" "+ReasonNotForNS+" ") {
 			warnings = append(warnings, e)
 		}
@@ -95,7 +95,7 @@ func TestRequireDualStackWholeOrNotAtAll(t *testing.T) {
 	if ips := g.lb.alloc.Lookup("default/dual"); len(ips) > 0 {
 		t.Errorf("the refused dual-stack Service holds %v", ips)
 	}
-	if n := g.count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 {
+	if n := g.Count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 {
 		t.Errorf("%d %s Warnings over 3 tries, want 1", n, ReasonNoPoolForFamily)
 	}
 	if got := g.mustEnsure(lbtest.Service("v4")); got != netip.MustParseAddr("10.0.0.10") {
@@ -156,7 +156,7 @@ func TestUnmendableRequestWaitsForAChange(t *testing.T) {
 			}
 		}
 	}
-	if n, m := f.count(v1.EventTypeWarning, ReasonInvalidRequest), f.count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 || m != 1 {
+	if n, m := f.Count(v1.EventTypeWarning, ReasonInvalidRequest), f.Count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 || m != 1 {
 		t.Errorf("%d %s and %d %s Warnings over 3 tries each, want 1 and 1", n, ReasonInvalidRequest, m, ReasonNoPoolForFamily)
 	}
 }

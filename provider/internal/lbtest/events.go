@@ -2,6 +2,7 @@ package lbtest
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/labcloud/labcloud/metrics"
 )
 
 // Events keeps what Recorder recorded, as "Type Reason message".
@@ -52,15 +55,35 @@ func (e *Events) Count(typ, reason string) int {
 	return n
 }
 
+// Cluster is what a test's fixture waits on and changes: the test, its
+// context, the fake cluster's client and the events recorded.
+type Cluster struct {
+	t      testing.TB
+	ctx    context.Context
+	client kubernetes.Interface
+	events *Events
+}
+
+// NewCluster is the cluster of client, whose events go to events.
+func NewCluster(t testing.TB, ctx context.Context, client kubernetes.Interface, events *Events) Cluster {
+	return Cluster{t: t, ctx: ctx, client: client, events: events}
+}
+
+// Drain is every event recorded so far (Events.Drain).
+func (c Cluster) Drain() []string { return c.events.Drain() }
+
+// Count is the number of events of this type and reason so far.
+func (c Cluster) Count(typ, reason string) int { return c.events.Count(typ, reason) }
+
 // WaitFor polls cond for up to 10 s (placement works asynchronously) and
-// fails t, with the events so far, if it does not hold by then.
-func WaitFor(t testing.TB, ctx context.Context, events *Events, what string, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+// fails the test, with the events so far, if it does not hold by then.
+func (c Cluster) WaitFor(what string, cond func() bool) {
+	c.t.Helper()
+	err := wait.PollUntilContextTimeout(c.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return cond(), nil
 	})
 	if err != nil {
-		t.Fatalf("%s did not happen; events: %q", what, events.Drain())
+		c.t.Fatalf("%s did not happen; events: %q", what, c.events.Drain())
 	}
 }
 
@@ -81,15 +104,23 @@ func Counter(t testing.TB, c k8smetrics.CounterMetric) func() float64 {
 // SetReady sets n's Ready condition as kube-controller-manager (Unknown,
 // NodeStatusUnknown) or a kubelet (True, False) reports it, the status
 // having changed at changed.
-func SetReady(t testing.TB, ctx context.Context, client kubernetes.Interface, n Node, status v1.ConditionStatus, changed time.Time) {
-	t.Helper()
+func (c Cluster) SetReady(n Node, status v1.ConditionStatus, changed time.Time) {
+	c.t.Helper()
 	obj := n.Object()
-	c := &obj.Status.Conditions[0]
-	c.Status, c.LastTransitionTime = status, metav1.NewTime(changed)
+	ready := &obj.Status.Conditions[0]
+	ready.Status, ready.LastTransitionTime = status, metav1.NewTime(changed)
 	if status == v1.ConditionUnknown {
-		c.Reason = "NodeStatusUnknown"
+		ready.Reason = "NodeStatusUnknown"
 	}
-	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	if _, err := c.client.CoreV1().Nodes().UpdateStatus(c.ctx, obj, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
 	}
+}
+
+// Main registers labcloud's metrics, as the CCM's main does before the
+// provider starts (a metric vector's child taken before registration
+// would count nothing), then runs the tests: a TestMain.
+func Main(m *testing.M) {
+	metrics.Register()
+	os.Exit(m.Run())
 }

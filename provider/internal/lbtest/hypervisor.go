@@ -3,7 +3,9 @@ package lbtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -156,9 +158,27 @@ func (h *Hypervisor) Put(d libvirtcloud.Domain) {
 func (h *Hypervisor) Domains() []libvirtcloud.Domain {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]libvirtcloud.Domain, 0, len(h.doms))
-	for _, d := range h.doms {
-		out = append(out, d)
+	return slices.Collect(maps.Values(h.doms))
+}
+
+// ZoneHost is a Hypervisor's domains in one zone: one host's hypervisor,
+// as a following replica sees its own.
+type ZoneHost struct {
+	h    *Hypervisor
+	zone string
+}
+
+// InZone is h's domains in zone.
+func (h *Hypervisor) InZone(zone string) ZoneHost { return ZoneHost{h: h, zone: zone} }
+
+func (z ZoneHost) Subscribe() (<-chan libvirtcloud.Event, func()) { return z.h.Subscribe() }
+func (z ZoneHost) WaitSynced(context.Context) error               { return nil }
+func (z ZoneHost) Domains() []libvirtcloud.Domain {
+	var out []libvirtcloud.Domain
+	for _, d := range z.h.Domains() {
+		if d.Hypervisor == z.zone {
+			out = append(out, d)
+		}
 	}
 	return out
 }

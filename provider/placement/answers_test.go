@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"context"
@@ -8,37 +8,20 @@ import (
 	"sync"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
-
-// hostOfZone is the fake hypervisor's domains in one zone: one host's
-// hypervisor, as a following replica sees its own.
-type hostOfZone struct {
-	h    *lbtest.Hypervisor
-	zone string
-}
-
-func (z hostOfZone) Subscribe() (<-chan libvirtcloud.Event, func()) { return z.h.Subscribe() }
-func (z hostOfZone) WaitSynced(context.Context) error               { return nil }
-func (z hostOfZone) Domains() []libvirtcloud.Domain {
-	var out []libvirtcloud.Domain
-	for _, d := range z.h.Domains() {
-		if d.Hypervisor == z.zone {
-			out = append(out, d)
-		}
-	}
-	return out
-}
 
 // owns is the VIPs a fake announcer answers, by the node answering.
 func owns(a *lbtest.Announcer) map[string]int {
@@ -56,16 +39,15 @@ func owns(a *lbtest.Announcer) map[string]int {
 // Announced conditions, only those on node-b; a VIP that moves between
 // hosts leaves one announcer for the other.
 func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.0/27")
+	f := newFixtureHere(t, "10.0.0.0/27", map[string]bool{"zone-a": true, "zone-b": false})
 	b := f.hv.Domain("node-b")
 	b.Hypervisor = "zone-b"
 	f.hv.Put(b)
-	f.lb.place.answers.here = map[string]bool{"zone-a": true, "zone-b": false}
 	f.start()
 
 	// The second host's replica: its own announcer, following.
 	leftover := &recordedPaths{}
-	other := followOn(t, f, []lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/27"}}}, "zone-b", leftover, claimGrace)
+	other := followOn(t, f, "zone-b", leftover)
 
 	const services = 8
 	for i := range services {
@@ -80,7 +62,7 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 		}
 	}
 	onA, onB := 0, 0
-	for vip, mac := range f.lb.place.answers.answering() {
+	for vip, mac := range f.p.answers.answering() {
 		if n, _ := lbtest.NodeOf(mac); n.Name == "node-a" {
 			onA++
 		} else {
@@ -94,70 +76,23 @@ func TestEachHostAnswersForItsOwnNodes(t *testing.T) {
 		t.Fatalf("placed %d VIPs on node-a and %d on node-b, want %d over both", onA, onB, services)
 	}
 	// The routes to VIPs an earlier leader left on the follower's host go.
-	f.waitFor("the follower removing its host's routes to VIPs", func() bool {
+	f.WaitFor("the follower removing its host's routes to VIPs", func() bool {
 		leftover.mu.Lock()
 		defer leftover.mu.Unlock()
 		return len(leftover.calls) == 1 && leftover.calls[0] == "reconcile 0"
 	})
-	f.waitFor("each host answering its own node's VIPs", func() bool {
+	f.WaitFor("each host answering its own node's VIPs", func() bool {
 		a, b := owns(f.ann), owns(other)
 		return a["node-a"] == onA && len(a) == 1 && b["node-b"] == onB && len(b) == 1
 	})
 
 	// node-a's domain crashes: its VIPs move to node-b, so to the other host.
 	f.hv.SetState("node-a", libvirtcloud.StateCrashed)
-	f.waitFor("every VIP answered by the other host", func() bool {
+	f.WaitFor("every VIP answered by the other host", func() bool {
 		return len(f.ann.Answering()) == 0 && owns(other)["node-b"] == services
 	})
-	if n := len(f.lb.place.answers.answering()); n != services {
+	if n := len(f.p.answers.answering()); n != services {
 		t.Errorf("the leader knows %d answers, want %d", n, services)
-	}
-}
-
-// TestHostAnswersFollowTheConditions: a following replica answers a VIP
-// when the Announced condition names a MAC of a domain on its host, of a
-// Service this CCM serves, whose ingress lists the VIP, in its pools;
-// nothing else.
-func TestHostAnswersFollowTheConditions(t *testing.T) {
-	local := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
-	remote := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
-	announced := func(name string, answers ...lb.Answer) *v1.Service {
-		var ingress []string
-		for _, a := range answers {
-			ingress = append(ingress, a.VIP.String())
-		}
-		return claiming("default", name, ingress, answers...)
-	}
-	ip := netip.MustParseAddr
-	classed := announced("classed", lb.Answer{VIP: ip("10.0.0.5"), Node: "n1", MAC: local})
-	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
-	notLB := announced("cluster-ip", lb.Answer{VIP: ip("10.0.0.6"), Node: "n1", MAC: local})
-	notLB.Spec.Type = v1.ServiceTypeClusterIP
-	garbled := lbtest.Service("garbled")
-	garbled.Status.Conditions = []metav1.Condition{{Type: lb.ConditionAnnounced, Status: metav1.ConditionTrue, Message: "nonsense"}}
-	services := []*v1.Service{
-		announced("here", lb.Answer{VIP: ip("10.0.0.1"), Node: "n1", MAC: local}),
-		announced("dual", lb.Answer{VIP: ip("10.0.0.2"), Node: "n1", MAC: local}, lb.Answer{VIP: ip("fd00::2"), Node: "n1", MAC: local}),
-		announced("there", lb.Answer{VIP: ip("10.0.0.3"), Node: "n2", MAC: remote}),
-		announced("nobody", lb.Answer{VIP: ip("10.0.0.4")}),
-		announced("outside-pools", lb.Answer{VIP: ip("192.0.2.1"), Node: "n1", MAC: local}),
-		classed, notLB, garbled, lbtest.Service("unplaced"),
-	}
-	pools, err := lb.NewPools([]lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/24", "fd00::/120"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	answers, _ := trustedAnswers(services, claimRules{serves: LoadBalancerConfig{}.Serves, pools: pools})
-	k, _ := keyOf(local)
-	got := hostAnswers(answers, map[macKey]bool{k: true})
-	want := map[netip.Addr]string{ip("10.0.0.1"): local.String(), ip("10.0.0.2"): local.String(), ip("fd00::2"): local.String()}
-	if len(got) != len(want) {
-		t.Errorf("answers %v, want %v", got, want)
-	}
-	for vip, mac := range want {
-		if got[vip].String() != mac {
-			t.Errorf("%s answered by %v, want %s", vip, got[vip], mac)
-		}
 	}
 }
 
@@ -217,4 +152,48 @@ func (r *recordedPaths) UpdatePaths(p []netroutes.Paths) (int, error) {
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, fmt.Sprintf("update %d", len(p)))
 	return 0, nil
+}
+
+// conditionClaims believes every claim of the Services' Announced
+// conditions: which claims to believe is provider's to judge, and tested
+// there.
+type conditionClaims struct{ services coreinformers.ServiceInformer }
+
+// OnChange's handler goes with the test's informers.
+func (c conditionClaims) OnChange(f func()) (func(), error) {
+	_, err := follow.OnAnyChange(c.services.Informer(), f)
+	return func() {}, err
+}
+
+func (c conditionClaims) WaitSynced(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), c.services.Informer().HasSynced)
+}
+
+func (c conditionClaims) Answers(_ context.Context, mine func(lb.Answer) bool) (map[netip.Addr]lb.Answer, bool, error) {
+	all, err := c.services.Lister().List(labels.Everything())
+	out := map[netip.Addr]lb.Answer{}
+	for _, svc := range all {
+		for _, a := range AnnouncedAnswers(svc) {
+			if a.MAC != nil && mine(a) {
+				out[a.VIP] = a
+			}
+		}
+	}
+	return out, false, err
+}
+
+// followOn starts, beside f's leader, the replica of another host whose
+// hypervisor zone it is, following the conditions with its own announcer
+// (returned); vipRoutes are its host's routes to VIPs.
+func followOn(t *testing.T, f *fixture, zone string, vipRoutes PathSetter) *lbtest.Announcer {
+	t.Helper()
+	ann := lbtest.NewAnnouncer()
+	p := New(Config{Bridge: lbtest.Bridge, Hypervisors: []Hypervisor{f.hv}, Domain: f.domain, Announcer: ann, VIPRoutes: vipRoutes})
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	if err := p.Follow(f.ctx, conditionClaims{factory.Core().V1().Services()}, []HostHypervisor{{Domains: f.hv.InZone(zone), Bridge: lbtest.Bridge}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.follower.Halt)
+	factory.Start(f.ctx.Done())
+	return ann
 }

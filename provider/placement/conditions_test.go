@@ -1,9 +1,8 @@
-package provider
+package placement
 
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -31,7 +30,7 @@ func keptOther(s *v1.Service) bool {
 }
 
 // announced returns the Service's Announced condition as the API has it.
-func (f *lbFixture) announced(name string) (*metav1.Condition, *v1.Service) {
+func (f *fixture) announced(name string) (*metav1.Condition, *v1.Service) {
 	f.t.Helper()
 	s, err := f.client.CoreV1().Services("default").Get(f.ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -42,10 +41,10 @@ func (f *lbFixture) announced(name string) (*metav1.Condition, *v1.Service) {
 
 // waitAnnounced waits until the Service's Announced condition has this
 // status and message.
-func (f *lbFixture) waitAnnounced(name string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+func (f *fixture) waitAnnounced(name string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	f.t.Helper()
 	var got *metav1.Condition
-	f.waitFor(fmt.Sprintf("condition %s %s %q", status, reason, message), func() bool {
+	f.WaitFor(fmt.Sprintf("condition %s %s %q", status, reason, message), func() bool {
 		got, _ = f.announced(name)
 		return got != nil && got.Status == status && got.Reason == reason && got.Message == message
 	})
@@ -53,7 +52,7 @@ func (f *lbFixture) waitAnnounced(name string, status metav1.ConditionStatus, re
 }
 
 // statusPatches counts the patches of services/status sent so far.
-func (f *lbFixture) statusPatches() int {
+func (f *fixture) statusPatches() int {
 	n := 0
 	for _, a := range f.client.Actions() {
 		if a.GetVerb() == "patch" && a.GetResource().Resource == "services" && a.GetSubresource() == "status" {
@@ -68,7 +67,7 @@ func (f *lbFixture) statusPatches() int {
 // written only when it changes, and never touches the load-balancer
 // status or other conditions.
 func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web", withOtherCondition)).start()
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web", withOtherCondition)).start()
 	svc := lbtest.Service("web", withOtherCondition)
 	vip := f.mustEnsure(svc)
 	first, ok := lbtest.NodeOf(f.ann.MAC(vip))
@@ -78,7 +77,7 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 	other := lbtest.OtherNode(first)
 	// What the service controller writes with EnsureLoadBalancer's answer.
 	_, s := f.announced("web")
-	s.Status.LoadBalancer = *status([]netip.Addr{vip})
+	lbtest.WithStatusIP(vip.String())(s)
 	if _, err := f.client.CoreV1().Services("default").UpdateStatus(f.ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -89,16 +88,14 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 	}
 
 	// Steady state: passes and service syncs write nothing.
-	f.waitFor("the cache to show the condition", func() bool {
-		s, err := f.lb.place.services.Services("default").Get("web")
+	f.WaitFor("the cache to show the condition", func() bool {
+		s, err := f.p.services.Services("default").Get("web")
 		return err == nil && meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced) != nil
 	})
 	patches := f.statusPatches()
 	for range 5 {
-		f.lb.place.sync(f.ctx, nil)
-		if err := f.lb.UpdateLoadBalancer(f.ctx, "test", svc, f.nodes); err != nil {
-			t.Fatal(err)
-		}
+		f.p.Sync(f.ctx, nil)
+		f.p.Sync(f.ctx, svc) // UpdateLoadBalancer
 	}
 	time.Sleep(100 * time.Millisecond) // the writer's queue is asynchronous
 	if n := f.statusPatches() - patches; n != 0 {
@@ -125,10 +122,8 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 	}
 
 	// Released: the condition goes, the rest stays.
-	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
+	f.release(svc)
+	f.WaitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
 	_, s = f.announced("web")
 	if !keptOther(s) {
 		t.Errorf("removing ours changed the other condition: %+v", s.Status.Conditions)
@@ -139,14 +134,12 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 // patches of status.conditions holding the one condition (or its delete
 // directive): nothing else of the Service is in them.
 func TestAnnouncedConditionPatchTouchesOnlyIt(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
 	svc := lbtest.Service("web")
 	f.mustEnsure(svc)
-	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
-	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
+	f.WaitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
+	f.release(svc)
+	f.WaitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
 	var bodies []string
 	for _, a := range f.client.Actions() {
 		p, ok := a.(k8stesting.PatchAction)
@@ -181,33 +174,33 @@ func TestAnnouncedConditionPatchTouchesOnlyIt(t *testing.T) {
 // the condition gets it back (once the cache can no longer be lagging
 // behind our own write), with its original lastTransitionTime.
 func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
 	f.mustEnsure(lbtest.Service("web"))
-	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
+	f.WaitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
 	want, s := f.announced("web")
 	s.Status.Conditions = nil
 	if _, err := f.client.CoreV1().Services("default").UpdateStatus(f.ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("the cache to show the removal", func() bool {
-		s, err := f.lb.place.services.Services("default").Get("web")
+	f.WaitFor("the cache to show the removal", func() bool {
+		s, err := f.p.services.Services("default").Get("web")
 		return err == nil && len(s.Status.Conditions) == 0
 	})
 	// Within the lag allowed for our own writes, nothing is rewritten ...
-	f.lb.place.sync(f.ctx, nil)
+	f.p.Sync(f.ctx, nil)
 	time.Sleep(50 * time.Millisecond)
 	if c, _ := f.announced("web"); c != nil {
 		t.Fatalf("rewritten at once: %+v", c)
 	}
 	// ... after it, the next pass restores it.
-	f.lb.place.conds.mu.Lock()
-	for k, w := range f.lb.place.conds.written {
-		w.at = w.at.Add(-ownWriteLag)
-		f.lb.place.conds.written[k] = w
+	f.p.conds.mu.Lock()
+	for k, w := range f.p.conds.written {
+		w.at = w.at.Add(-CacheLag)
+		f.p.conds.written[k] = w
 	}
-	f.lb.place.conds.mu.Unlock()
-	f.lb.place.sync(f.ctx, nil)
-	f.waitFor("the condition restored", func() bool { c, _ := f.announced("web"); return c != nil })
+	f.p.conds.mu.Unlock()
+	f.p.Sync(f.ctx, nil)
+	f.WaitFor("the condition restored", func() bool { c, _ := f.announced("web"); return c != nil })
 	if got, _ := f.announced("web"); !got.LastTransitionTime.Equal(&want.LastTransitionTime) || !lb.SameAnnounced(*got, *want) {
 		t.Errorf("restored %+v, want %+v", got, want)
 	}
@@ -219,7 +212,7 @@ func TestAnnouncedConditionSharedVIP(t *testing.T) {
 	shared := func(name string, port int32) *v1.Service {
 		return lbtest.Service(name, lbtest.WithAnnotation(lb.AnnotationSharingKey, "k"), lbtest.WithPort(port))
 	}
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", shared("a", 80), shared("b", 443)).start()
+	f := newFixture(t, "10.0.0.10-10.0.0.12", shared("a", 80), shared("b", 443)).start()
 	vip := f.mustEnsure(shared("a", 80))
 	if got := f.mustEnsure(shared("b", 443)); got != vip {
 		t.Fatalf("b got %s, want the shared %s", got, vip)

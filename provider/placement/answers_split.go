@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 // The leader still places every VIP. Its own host's announcer gets the
 // VIPs of nodes on its host; the Services' Announced conditions, which
 // placement writes after every pass, tell the other replicas theirs
-// (answers_follow.go). A node's host is where libvirt says its domain
+// (follow.go). A node's host is where libvirt says its domain
 // runs: the zone of the hypervisor holding it.
 
 // answerSplit is every VIP's current answer as the leader's placement
@@ -114,7 +114,7 @@ func announcedMAC(services corelisters.ServiceLister, keys []string, ip netip.Ad
 		if err != nil {
 			continue
 		}
-		for _, a := range announcedAnswers(svc) {
+		for _, a := range AnnouncedAnswers(svc) {
 			if a.VIP == ip && a.MAC != nil {
 				return a.MAC
 			}
@@ -123,9 +123,9 @@ func announcedMAC(services corelisters.ServiceLister, keys []string, ip netip.Ad
 	return nil
 }
 
-// announcedAnswers is who the Service's Announced condition says answers
+// AnnouncedAnswers is who the Service's Announced condition says answers
 // each of its VIPs; nil if it has none, or none that can be read.
-func announcedAnswers(svc *v1.Service) []lb.Answer {
+func AnnouncedAnswers(svc *v1.Service) []lb.Answer {
 	c := meta.FindStatusCondition(svc.Status.Conditions, lb.ConditionAnnounced)
 	if c == nil {
 		return nil

@@ -1,4 +1,26 @@
-package provider
+// Package placement decides which node answers each load-balancer VIP,
+// and is the one writer of what this host's announcer answers.
+//
+// While this replica leads (Lead, then Run), every pass takes a snapshot
+// (snapshot.go: the Nodes, their domains' facts and eligibility, the
+// claimed VIPs and their Services' policies, each VIP's ranking by the
+// pure lb.Place), decides what changes (decide.go: a pure function of the
+// snapshot, the announcer's current answers and when each VIP's
+// LocalPolicyDamping ends), and applies the changes to the announcer with
+// their events, logs and metrics (pass.go), then programs the host's
+// routes to VIPs (spread.go) and the Services' Announced conditions
+// (conditions.go). Passes run on Sync (the service controller's calls),
+// on every domain change, on Node and EndpointSlice changes that alter
+// what a pass reads (watch.go), when a hypervisor comes back, when a hold,
+// a damping or an endpoint's warm-up ends, and every Resync: the service
+// controller does not call UpdateLoadBalancer on readiness changes, so
+// this is what moves a VIP off a node that died.
+//
+// With hypervisors on several hosts, each host's announcer answers the
+// VIPs of its own host's nodes (answers_split.go): a replica that does not
+// lead follows the conditions the leader writes (Follow, follow.go) until
+// it leads.
+package placement
 
 import (
 	"context"
@@ -15,23 +37,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/lb/announce"
+	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/metrics"
 	"github.com/labcloud/labcloud/provider/internal/follow"
 )
-
-// Placement and failover: which node answers each VIP. Every pass takes a
-// snapshot (placement_snapshot.go: the Nodes, their domains' facts and
-// eligibility, the claimed VIPs and their Services' policies, each VIP's
-// ranking by the pure lb.Place), decides what changes (placement_decide.go:
-// a pure function of the snapshot, the announcer's current answers and
-// when each VIP's LocalPolicyDamping ends), and applies the changes to the
-// announcer with their events, logs and metrics (placement_pass.go).
-// Passes run on EnsureLoadBalancer and friends, on every domain change, on
-// Node and EndpointSlice changes that alter what a pass reads
-// (placement_watch.go), when a hypervisor comes back, when a hold, a
-// damping or an endpoint's warm-up ends, and periodically: the service
-// controller does not call UpdateLoadBalancer on readiness changes, so
-// this is what moves a VIP off a node that died.
 
 // connectivity tells whether a hypervisor can be asked right now.
 // *libvirtcloud.Hypervisor satisfies it.
@@ -39,41 +49,97 @@ type connectivity interface {
 	Connected() bool
 }
 
-// PlacementResync is how often placement runs a pass with nothing
-// changed; connectionPoll how often it checks that hypervisors answer.
+// Hypervisor is what placement needs of one hypervisor: the zone its
+// domains are in. One that publishes domain events (follow.DomainEvents)
+// starts a pass on each, and one that says whether it can be asked
+// (Connected() bool) starts a pass when that changes.
+// *libvirtcloud.Hypervisor does all three.
+type Hypervisor interface {
+	Zone() string
+}
+
+// Announcer makes one node answer for a VIP on the bridge.
+// *announce.Announcer satisfies it.
+type Announcer interface {
+	// SetAfter makes mac answer for vip; cause, if not zero, is when the
+	// libvirt event that moved it happened (timed to the first gratuitous
+	// ARP as failover latency).
+	SetAfter(vip netip.Addr, mac net.HardwareAddr, cause time.Time) error
+	Remove(vip netip.Addr) error
+	// Answering returns every VIP answered now and the MAC answering it.
+	Answering() map[netip.Addr]net.HardwareAddr
+	Owned(vip netip.Addr) (net.HardwareAddr, bool)
+	Probe(ctx context.Context, vip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
+	// ProbeFor says whether the host at mac answers for ip (a guest's liveness).
+	ProbeFor(ctx context.Context, ip netip.Addr, mac net.HardwareAddr) (answered bool, err error)
+	Run(ctx context.Context) error
+}
+
+var _ Announcer = (*announce.Announcer)(nil)
+
+// Resync is how often placement runs a pass with nothing changed;
+// connectionPoll how often it checks that hypervisors answer.
 const (
-	PlacementResync = 30 * time.Second
-	connectionPoll  = 100 * time.Millisecond
+	Resync         = 30 * time.Second
+	connectionPoll = 100 * time.Millisecond
 )
 
-// placementConfig is what placement works with, fixed at construction.
-type placementConfig struct {
+// Config is what placement works with, fixed at construction.
+type Config struct {
+	// Bridge is the bridge VIPs are answered on, and the one the guests
+	// of a hypervisor not in Bridges use.
+	Bridge string
+	// Bridges maps a hypervisor's zone to the bridge its guests use, if
+	// not Bridge: a node's MAC is looked for there.
+	Bridges     map[string]string
+	Hypervisors []Hypervisor
+	// Domain finds a Node's domain; it fails with libvirtcloud.ErrNotFound
+	// only when the hypervisor says the domain does not exist.
+	Domain func(ctx context.Context, n *v1.Node) (libvirtcloud.Domain, error)
+	// Alloc is the one record of which VIPs exist and who holds them.
+	Alloc *lb.Allocator
+	// Announcer answers VIPs on this host's bridge; placement is its one
+	// writer.
+	Announcer Announcer
+	// Here says which hypervisor zones are on this host, with hypervisors
+	// on several hosts; nil: every VIP is answered here.
+	Here map[string]bool
+	// VIPRoutes programs the host's routes to VIPs; nil: ARP alone.
+	VIPRoutes PathSetter
+}
+
+// settings are Config as placement reads it.
+type settings struct {
 	bridge      string
-	bridges     map[string]string // by zone: the bridge each hypervisor's guests use, if not bridge
+	bridges     map[string]string
 	hypervisors []Hypervisor
-	instances   *instances
+	domain      func(ctx context.Context, n *v1.Node) (libvirtcloud.Domain, error)
 	alloc       *lb.Allocator
 	ann         Announcer
-	// here says which hypervisor zones are on this host, with hypervisors
-	// on several hosts; nil: every VIP is answered here.
-	here      map[string]bool
-	vipRoutes pathSetter // the host's routes to VIPs; nil: ARP alone
+	here        map[string]bool
+	vipRoutes   PathSetter
 	// localDamping is LocalPolicyDamping unless a test shortens it.
 	localDamping time.Duration
 	// localWarmup is LocalEndpointWarmup unless a test shortens it.
 	localWarmup time.Duration
 }
 
-type placement struct {
-	placementConfig
+// Placement places every VIP while this replica leads, and is the one
+// writer of what this host's announcer answers, leading or following.
+type Placement struct {
+	settings
 
-	// Set by watch.
+	// Set by Lead.
 	nodes    corelisters.NodeLister
 	services corelisters.ServiceLister
 	slices   discoverylisters.EndpointSliceLister
 	synced   []cache.InformerSynced
 	recorder record.EventRecorder
 	conds    *conditions // writes the Services' Announced condition
+
+	// follower answers for this host's nodes until Lead halts it; nil if
+	// this replica does not follow.
+	follower *follow.Follower
 
 	kick chan struct{}
 	// passing holds one token while a pass runs: one pass at a time, and
@@ -122,23 +188,22 @@ type placement struct {
 	awaiting map[string]bool
 }
 
-func newPlacement(cfg placementConfig) *placement {
-	if cfg.localDamping == 0 {
-		cfg.localDamping = LocalPolicyDamping
-	}
-	if cfg.localWarmup == 0 {
-		cfg.localWarmup = LocalEndpointWarmup
-	}
-	p := &placement{
-		placementConfig: cfg,
-		kick:            make(chan struct{}, 1),
-		passing:         make(chan struct{}, 1),
-		known:           map[string]nodeFacts{},
-		dampedUntil:     map[netip.Addr]time.Time{},
-		endpointAges:    endpointAges{},
-		reportAt:        map[string]time.Time{},
-		awaiting:        map[string]bool{},
-		answers:         newAnswerSplit(cfg.ann, cfg.here),
+// New returns the placement of cfg, neither leading nor following yet.
+func New(cfg Config) *Placement {
+	p := &Placement{
+		settings: settings{
+			bridge: cfg.Bridge, bridges: cfg.Bridges, hypervisors: cfg.Hypervisors, domain: cfg.Domain, alloc: cfg.Alloc,
+			ann: cfg.Announcer, here: cfg.Here, vipRoutes: cfg.VIPRoutes,
+			localDamping: LocalPolicyDamping, localWarmup: LocalEndpointWarmup,
+		},
+		kick:         make(chan struct{}, 1),
+		passing:      make(chan struct{}, 1),
+		known:        map[string]nodeFacts{},
+		dampedUntil:  map[netip.Addr]time.Time{},
+		endpointAges: endpointAges{},
+		reportAt:     map[string]time.Time{},
+		awaiting:     map[string]bool{},
+		answers:      newAnswerSplit(cfg.Announcer, cfg.Here),
 	}
 	p.live = newLiveness(func(ctx context.Context, ip netip.Addr, mac net.HardwareAddr) (bool, error) {
 		return p.ann.ProbeFor(ctx, ip, mac)
@@ -147,15 +212,16 @@ func newPlacement(cfg placementConfig) *placement {
 }
 
 // poke asks the loop for a pass; pokes coalesce.
-func (p *placement) poke() {
+func (p *Placement) poke() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
 }
 
-// run re-places every VIP on changes and periodically until ctx ends.
-func (p *placement) run(ctx context.Context) {
+// Run re-places every VIP on changes and every Resync until ctx ends; Lead
+// comes first.
+func (p *Placement) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for _, h := range p.hypervisors {
@@ -169,9 +235,9 @@ func (p *placement) run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return
 	}
-	ticker := time.NewTicker(PlacementResync)
+	ticker := time.NewTicker(Resync)
 	defer ticker.Stop()
-	p.sync(ctx, nil)
+	p.Sync(ctx, nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -184,14 +250,14 @@ func (p *placement) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		p.sync(ctx, nil)
+		p.Sync(ctx, nil)
 	}
 }
 
 // watchConnections pokes a pass when a hypervisor answers again (its cache
 // has been resynced by then, so placement is recomputed once from facts)
 // and when it stops answering (its guests are probed from that pass on).
-func (p *placement) watchConnections(ctx context.Context) {
+func (p *Placement) watchConnections(ctx context.Context) {
 	up := make([]bool, len(p.hypervisors))
 	t := time.NewTicker(connectionPoll)
 	defer t.Stop()
@@ -224,20 +290,30 @@ func (p *placement) watchConnections(ctx context.Context) {
 // serves, by key: each call's copy, possibly newer than the cache's.
 type givenServices map[string]*v1.Service
 
+// key is a Service's key, namespace/name, as the allocator's holders and
+// client-go's caches name it.
+func key(svc *v1.Service) string { return cache.MetaObjectToName(svc).String() }
+
+// splitKey is the namespace and name of the Service with key k.
+func splitKey(k string) (namespace, name string) {
+	namespace, name, _ = cache.SplitMetaNamespaceKey(k)
+	return namespace, name
+}
+
 // batch is the calls waiting for the next pass.
 type batch struct {
 	given givenServices
 	done  chan struct{} // closed once a pass has served the batch
 }
 
-// sync returns after a pass that began after the call. svc is the service
+// Sync returns after a pass that began after the call. svc is the service
 // controller's copy of the Service it syncs; nil for a released Service
 // and for the placement loop's own passes. Every pass places every VIP,
 // so the calls that arrive while one runs share the next: a burst of N
 // Services (up to --concurrent-service-syncs at once) takes a few passes,
 // not N. The pass runs with the context of the call that starts it; all
 // calls come from the controllers' one context.
-func (p *placement) sync(ctx context.Context, svc *v1.Service) {
+func (p *Placement) Sync(ctx context.Context, svc *v1.Service) {
 	p.batchMu.Lock()
 	b := p.next
 	if b == nil {

@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"fmt"
@@ -54,7 +54,7 @@ func TestPlacementInputsChanged(t *testing.T) {
 // takes every Node and dumps every VIP route, so a Node update that changes
 // nothing placement reads must not start one; one that does still does.
 func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
+	f := newFixture(t, "10.0.0.10-10.0.0.12").start()
 	f.mustEnsure(lbtest.Service("web"))
 	passes := passCounter(t, f)
 	for i := range 20 {
@@ -71,13 +71,13 @@ func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 	if got := passes(); got != 0 {
 		t.Errorf("20 annotation updates started %d placement passes, want 0", got)
 	}
-	f.setReady(testNodes[0], v1.ConditionFalse, time.Now())
-	f.waitFor("a pass for a Node that went NotReady", func() bool { return passes() > 0 })
+	f.SetReady(testNodes[0], v1.ConditionFalse, time.Now())
+	f.WaitFor("a pass for a Node that went NotReady", func() bool { return passes() > 0 })
 }
 
 // passCounter waits until the fixture's placement is idle and returns how
 // many passes have run since.
-func passCounter(t *testing.T, f *lbFixture) func() uint64 {
+func passCounter(t *testing.T, f *fixture) func() uint64 {
 	t.Helper()
 	read := func() uint64 {
 		n, err := testutil.GetHistogramMetricCount(metrics.PlacementPassSeconds.ObserverMetric)
@@ -88,7 +88,7 @@ func passCounter(t *testing.T, f *lbFixture) func() uint64 {
 	}
 	// The loop's own first pass follows its informers' sync, polled every
 	// 100 ms: quiet for 300 ms is after it.
-	f.waitFor("placement idle", func() bool {
+	f.WaitFor("placement idle", func() bool {
 		before := read()
 		time.Sleep(300 * time.Millisecond)
 		return read() == before
@@ -102,7 +102,7 @@ func passCounter(t *testing.T, f *lbFixture) func() uint64 {
 // when the nodes holding a ready endpoint change.
 func TestEndpointSliceUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 	a, b := testNodes[0].Name, testNodes[1].Name
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("local", lbtest.LocalPolicy), lbtest.Service("cluster"),
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("local", lbtest.LocalPolicy), lbtest.Service("cluster"),
 		lbtest.EndpointSlice("local", map[string]bool{a: true}), lbtest.EndpointSlice("cluster", map[string]bool{a: true})).start()
 	f.mustEnsure(lbtest.Service("local", lbtest.LocalPolicy))
 	f.mustEnsure(lbtest.Service("cluster"))
@@ -120,5 +120,5 @@ func TestEndpointSliceUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 		t.Errorf("EndpointSlice updates that change no Local Service's ready nodes started %d passes, want 0", n)
 	}
 	update("local", map[string]bool{a: true, b: true})
-	f.waitFor("a pass for a new ready node of a Local Service", func() bool { return passes() > 0 })
+	f.WaitFor("a pass for a new ready node of a Local Service", func() bool { return passes() > 0 })
 }

@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"bytes"
@@ -106,7 +106,7 @@ func TestLivenessProbeErrors(t *testing.T) {
 // another host answering for the guest's address is no answer.
 func TestPlacementProbesForTheGuestsMAC(t *testing.T) {
 	ann := lbtest.NewAnnouncer()
-	p := newPlacement(placementConfig{ann: ann})
+	p := New(Config{Announcer: ann})
 	ip, guest := netip.MustParseAddr("10.0.0.1"), testMAC("a")
 	ann.SetForeign(ip, testMAC("z"))
 	p.live.watch(map[netip.Addr]net.HardwareAddr{ip: guest})

@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"fmt"
@@ -114,9 +114,9 @@ func TestLocalEndpointWarmupHoldsNewNodes(t *testing.T) {
 		name := fmt.Sprintf("web-%d", i)
 		objects = append(objects, lbtest.Service(name, lbtest.LocalPolicy), lbtest.EndpointSlice(name, map[string]bool{a.Name: true}))
 	}
-	f := newLBFixture(t, "10.0.0.10-10.0.0.30", objects...)
-	f.lb.place.localDamping = time.Millisecond // TestLocalPolicyDampsEndpointFlaps tests it
-	f.lb.place.localWarmup = warmup
+	f := newFixture(t, "10.0.0.10-10.0.0.30", objects...)
+	f.p.localDamping = time.Millisecond // TestLocalPolicyDampsEndpointFlaps tests it
+	f.p.localWarmup = warmup
 	f.start()
 	var vips []netip.Addr
 	for i := range services {
@@ -143,13 +143,13 @@ func TestLocalEndpointWarmupHoldsNewNodes(t *testing.T) {
 		}
 	}
 	for time.Since(gained) < warmup-300*time.Millisecond {
-		f.lb.place.sync(f.ctx, nil)
+		f.p.Sync(f.ctx, nil)
 		if n := onB(); n > 0 {
 			t.Fatalf("%d VIP(s) on %s %v after it gained its endpoints, within its %v warm-up", n, b.Name, time.Since(gained).Round(time.Millisecond), warmup)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	f.waitFor("a VIP on "+b.Name+" once its warm-up ends", func() bool { return onB() > 0 })
+	f.WaitFor("a VIP on "+b.Name+" once its warm-up ends", func() bool { return onB() > 0 })
 	if took := time.Since(gained); took < warmup {
 		t.Errorf("a VIP went to %s %v after its endpoints, before its %v warm-up ended", b.Name, took, warmup)
 	}
