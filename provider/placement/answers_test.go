@@ -2,11 +2,13 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -109,7 +111,8 @@ func TestNewLeaderKeepsOtherHostsAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ann := lbtest.NewAnnouncer()
-	s := newAnswerSplit(ann, map[string]bool{"zone-a": true})
+	s := newAnswerer(ann, map[string]bool{"zone-a": true})
+	s.lead()
 	claims := map[netip.Addr]vipClaim{vip: {services: []string{"default/kept"}}, netip.MustParseAddr("10.0.0.10"): {services: []string{"default/none"}}}
 	s.seed(corelisters.NewServiceLister(indexer), claims)
 	if got := s.answering(); len(got) != 1 || got[vip].String() != remote.String() {
@@ -196,4 +199,89 @@ func followOn(t *testing.T, f *fixture, zone string, vipRoutes PathSetter) *lbte
 	t.Cleanup(p.follower.Halt)
 	factory.Start(f.ctx.Done())
 	return ann
+}
+
+// countedClaims counts the follower's reads of its claims, and sees it
+// end (it removes its handler).
+type countedClaims struct {
+	conditionClaims
+	mu    sync.Mutex
+	reads int
+	ended bool
+}
+
+func (c *countedClaims) OnChange(f func()) (func(), error) {
+	remove, err := c.conditionClaims.OnChange(f)
+	return func() {
+		remove()
+		c.mu.Lock()
+		c.ended = true
+		c.mu.Unlock()
+	}, err
+}
+
+func (c *countedClaims) Answers(ctx context.Context, mine func(lb.Answer) bool) (map[netip.Addr]lb.Answer, bool, error) {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	return c.conditionClaims.Answers(ctx, mine)
+}
+
+// done says whether the follower has read twice or ended.
+func (c *countedClaims) done() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads >= 2 || c.ended
+}
+
+// TestFollowerNeverWritesBesideTheLeader: the announcer has one writer.
+// Once this replica leads, a follower answers nothing, even one started
+// after Lead, whatever the conditions say.
+func TestFollowerNeverWritesBesideTheLeader(t *testing.T) {
+	vip, b := netip.MustParseAddr("10.0.0.11"), testNodes[1]
+	claimed := lbtest.Service("web", lbtest.WithStatusIP(vip.String()))
+	claimed.Status.Conditions = []metav1.Condition{lb.AnnouncedCondition([]lb.Answer{{VIP: vip, Node: b.Name, MAC: b.MAC}})}
+	f := newFixture(t, "10.0.0.10-10.0.0.12", claimed)
+	p := f.placementOnly() // leads; no VIP is held, so no pass sets one
+
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	claims := &countedClaims{conditionClaims: conditionClaims{factory.Core().V1().Services()}}
+	if err := p.Follow(f.ctx, claims, []HostHypervisor{{Domains: f.hv.InZone(lbtest.Zone), Bridge: lbtest.Bridge}}); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(f.ctx.Done())
+	f.WaitFor("two reads of the conditions by the follower, or its end", claims.done)
+	if sets := f.ann.Sets(); len(sets) != 0 {
+		t.Errorf("a follower started after Lead answered %q beside the leader", sets)
+	}
+}
+
+// TestAnswererWritesInOneModeAtATime: until lead only the follower's
+// writes land; from lead on only the leader's.
+func TestAnswererWritesInOneModeAtATime(t *testing.T) {
+	ann := lbtest.NewAnnouncer()
+	s := newAnswerer(ann, nil)
+	ctx := context.Background()
+	first, second := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	a, b := testNodes[0].MAC, testNodes[1].MAC
+
+	if err := s.set(second, b, lbtest.Zone, time.Time{}); !errors.Is(err, errNotLeading) {
+		t.Errorf("a leader's set while following: %v, want errNotLeading", err)
+	}
+	s.answerOnly(ctx, map[netip.Addr]net.HardwareAddr{first: a})
+	if err := s.remove(first); !errors.Is(err, errNotLeading) {
+		t.Errorf("a leader's remove while following: %v, want errNotLeading", err)
+	}
+	if got := ann.Sets(); len(got) != 1 || got[0] != first.String()+" "+a.String() || ann.Removed(first) {
+		t.Fatalf("while following: sets %q, %s removed %v; want the follower's answer alone", got, first, ann.Removed(first))
+	}
+
+	s.lead()
+	s.answerOnly(ctx, map[netip.Addr]net.HardwareAddr{})
+	if ann.Removed(first) || ann.MAC(first).String() != a.String() {
+		t.Errorf("a follower's write after lead removed %s", first)
+	}
+	if err := s.set(second, b, lbtest.Zone, time.Time{}); err != nil || ann.MAC(second).String() != b.String() {
+		t.Errorf("the leader's set: %v, %s answered by %v", err, second, ann.MAC(second))
+	}
 }

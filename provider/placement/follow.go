@@ -1,7 +1,6 @@
 package placement
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/netip"
@@ -57,9 +56,9 @@ type HostHypervisor struct {
 }
 
 // Follow starts answering, while this replica does not lead, for the VIPs
-// that claims say nodes on this host answer (the leader writes them:
-// answers_split.go), from the domains of the hypervisors on this host
-// (here), until Lead.
+// that claims say nodes on this host answer (the leader writes them), from
+// the domains of the hypervisors on this host (here), until Lead. A
+// follower started after Lead answers nothing (answerer, answers.go).
 func (p *Placement) Follow(ctx context.Context, claims Claims, here []HostHypervisor) error {
 	changed := follow.NewKicker()
 	remove, err := claims.OnChange(changed.Kick)
@@ -81,16 +80,17 @@ func (p *Placement) Follow(ctx context.Context, claims Claims, here []HostHyperv
 				return false
 			}
 		}
-		log.Info("Not leading: answering for the VIPs of nodes on this host, as the Services' conditions say")
-		p.dropLeftVIPRoutes(log)
-		return true
+		return p.answers.follow(func() {
+			log.Info("Not leading: answering for the VIPs of nodes on this host, as the Services' conditions say")
+			p.dropLeftVIPRoutes(log)
+		})
 	}
 	step := func(ctx context.Context) time.Duration {
 		local := macsOn(here)
 		// This host tells only of the claims it would have answered.
 		answers, _, err := claims.Answers(ctx, func(a lb.Answer) bool { return isLocal(local, a.MAC) })
 		if err == nil {
-			p.answerOnly(ctx, macsOf(answers))
+			p.answers.answerOnly(ctx, macsOf(answers))
 		}
 		return FollowPeriod
 	}
@@ -115,32 +115,6 @@ func (p *Placement) dropLeftVIPRoutes(log klog.Logger) {
 		log.Error(err, "Cannot remove the routes to VIPs an earlier leader left on this host")
 	} else if n > 0 {
 		log.Info("Removed the routes to VIPs an earlier leader left on this host", "routes", n)
-	}
-}
-
-// answerOnly makes the announcer answer exactly want.
-func (p *Placement) answerOnly(ctx context.Context, want map[netip.Addr]net.HardwareAddr) {
-	log := klog.FromContext(ctx)
-	have := p.ann.Answering()
-	for ip := range have {
-		if _, ok := want[ip]; ok {
-			continue
-		}
-		if err := p.ann.Remove(ip); err != nil {
-			log.Error(err, "Cannot stop answering a VIP that no node on this host answers now", "ip", ip)
-			continue
-		}
-		log.Info("Stopped answering a VIP: no node on this host answers it now", "ip", ip)
-	}
-	for ip, mac := range want {
-		if bytes.Equal(have[ip], mac) {
-			continue
-		}
-		if err := p.ann.SetAfter(ip, mac, time.Time{}); err != nil {
-			log.Error(err, "Answering VIP for a node on this host", "ip", ip, "mac", mac)
-			continue
-		}
-		log.Info("Answering VIP for a node on this host", "ip", ip, "mac", mac)
 	}
 }
 

@@ -16,10 +16,10 @@
 // controller does not call UpdateLoadBalancer on readiness changes, so
 // this is what moves a VIP off a node that died.
 //
-// With hypervisors on several hosts, each host's announcer answers the
-// VIPs of its own host's nodes (answers_split.go): a replica that does not
-// lead follows the conditions the leader writes (Follow, follow.go) until
-// it leads.
+// Placement is the one writer of what the announcer answers (answerer, answers.go):
+// the leader's passes, or until this replica leads, with hypervisors on
+// several hosts, the follower, which answers for its own host's nodes as
+// the conditions the leader writes say (Follow, follow.go).
 package placement
 
 import (
@@ -115,7 +115,6 @@ type settings struct {
 	hypervisors []Hypervisor
 	domain      func(ctx context.Context, n *v1.Node) (libvirtcloud.Domain, error)
 	alloc       *lb.Allocator
-	ann         Announcer
 	here        map[string]bool
 	vipRoutes   PathSetter
 	// localDamping is LocalPolicyDamping unless a test shortens it.
@@ -149,9 +148,10 @@ type Placement struct {
 	batchMu sync.Mutex
 	next    *batch
 
-	// answers is every VIP's answer, on this host or another; the pass
-	// owns it.
-	answers *answerSplit
+	// answers is the one writer of the announcer: the follower's
+	// answers until Lead, then every VIP's answer, on this host or
+	// another, which the pass owns.
+	answers *answerer
 	// known holds each Node's last facts, used while its hypervisor
 	// cannot be asked: an unreachable hypervisor is not a dead node.
 	known map[string]nodeFacts
@@ -193,7 +193,7 @@ func New(cfg Config) *Placement {
 	p := &Placement{
 		settings: settings{
 			bridge: cfg.Bridge, bridges: cfg.Bridges, hypervisors: cfg.Hypervisors, domain: cfg.Domain, alloc: cfg.Alloc,
-			ann: cfg.Announcer, here: cfg.Here, vipRoutes: cfg.VIPRoutes,
+			here: cfg.Here, vipRoutes: cfg.VIPRoutes,
 			localDamping: LocalPolicyDamping, localWarmup: LocalEndpointWarmup,
 		},
 		kick:         make(chan struct{}, 1),
@@ -203,11 +203,9 @@ func New(cfg Config) *Placement {
 		endpointAges: endpointAges{},
 		reportAt:     map[string]time.Time{},
 		awaiting:     map[string]bool{},
-		answers:      newAnswerSplit(cfg.Announcer, cfg.Here),
+		answers:      newAnswerer(cfg.Announcer, cfg.Here),
 	}
-	p.live = newLiveness(func(ctx context.Context, ip netip.Addr, mac net.HardwareAddr) (bool, error) {
-		return p.ann.ProbeFor(ctx, ip, mac)
-	}, p.poke)
+	p.live = newLiveness(cfg.Announcer.ProbeFor, p.poke)
 	return p
 }
 

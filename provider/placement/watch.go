@@ -23,12 +23,13 @@ const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
 // heartbeat time less this.
 const heartbeatSkew = 2 * time.Second
 
-// Lead makes this replica the one that places every VIP. It halts the
-// follower (Follow) and waits for its last write, then registers the
-// informers placement reads from factory, and their event handlers;
-// recorder records the Services' events, client writes their Announced
-// conditions. Run runs the passes.
+// Lead makes this replica the one that places every VIP. From its start
+// no follower's write lands on the announcer; it halts the follower
+// (Follow), then registers the informers placement reads from factory,
+// and their event handlers; recorder records the Services' events,
+// client writes their Announced conditions. Run runs the passes.
 func (p *Placement) Lead(ctx context.Context, factory informers.SharedInformerFactory, recorder record.EventRecorder, client kubernetes.Interface) error {
+	p.answers.lead()
 	if p.follower != nil {
 		p.follower.Halt()
 		p.follower = nil
