@@ -122,7 +122,7 @@ func (p *Placement) nodeUpdated(o, n any) {
 		return
 	}
 	awaited := false
-	if readyReport(on) != readyReport(nn) {
+	if ReadyReport(on) != ReadyReport(nn) {
 		p.mu.Lock()
 		p.reportAt[nn.Name] = time.Now()
 		awaited = p.awaiting[nn.Name]
