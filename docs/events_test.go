@@ -119,14 +119,15 @@ func typesOf(s string) []string {
 	return out
 }
 
-// codeEventReasons finds the event reasons of provider/: string constants
+// codeEventReasons finds the event reasons of provider/ (with its
+// placement package, which records the VIPs' own): string constants
 // named Reason* or Event*, each with the event types it is recorded with.
 // A reason is recorded when it follows v1.EventType{Normal,Warning} in a
 // call's arguments, directly, through a local variable, or through a
 // function that passes its parameter on that way (warnOnce).
 func codeEventReasons(t *testing.T) map[string]*reasonInfo {
 	t.Helper()
-	p := parsePkg(t, "provider")
+	p := parsePkg(t, "provider", "provider/placement")
 	consts := map[string]string{} // Go name → reason
 	isReason := regexp.MustCompile(`^(Reason|Event)[A-Z]`)
 	for name, v := range p.consts {

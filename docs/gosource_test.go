@@ -21,12 +21,17 @@ type pkg struct {
 	consts map[string]string // string constants by name
 }
 
-// parsePkg parses the non-test Go files of dir (relative to the repository root).
-func parsePkg(t *testing.T, dir string) *pkg {
+// parsePkg parses the non-test Go files of dir (relative to the repository
+// root), and of the more dirs read as part of it (a sub-package).
+func parsePkg(t *testing.T, dir string, more ...string) *pkg {
 	t.Helper()
-	names, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
-	if err != nil {
-		t.Fatal(err)
+	var names []string
+	for _, d := range append([]string{dir}, more...) {
+		n, err := filepath.Glob(filepath.Join("..", d, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n...)
 	}
 	p := &pkg{dir: dir, consts: map[string]string{}}
 	fset := token.NewFileSet()

@@ -23,7 +23,7 @@ var labcloudKey = regexp.MustCompile(`(?:^|[^/:\w.-])((?:[a-z0-9-]+\.)+labcloud\
 
 func TestKeysDocumented(t *testing.T) {
 	code := map[string]string{} // key → where
-	for _, dir := range []string{"lb", "provider"} {
+	for _, dir := range []string{"lb", "provider", "provider/placement"} {
 		p := parsePkg(t, dir)
 		for _, v := range p.consts {
 			if keyPattern.MatchString(v) {

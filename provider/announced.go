@@ -5,12 +5,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -20,16 +22,19 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider/internal/follow"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // A Service's Announced condition says which node answers each of its
 // VIPs. The leader's placement writes it; so can anyone with write on
 // services/status (another controller, or one tenant's admin where
 // tenants may write their own Services' status). The replicas that act
-// on the conditions (a follower's answers, answers_follow.go, and the
+// on the conditions (a follower's answers, placement.Follow, and the
 // routed mode's BGP routes, bgp.go) believe a claim only when the leader
 // could have made it: trustedAnswers is the one judge of what a condition
-// may claim, and a claimReporter tells the Service what was refused.
+// may claim, and a claimReporter tells the Service what was refused. Each
+// reads through a claimReader of its own.
 
 // EventClaimRefused: a Service's Announced condition claims a VIP it may
 // not (or that another Service claims for another node); this host does
@@ -41,8 +46,8 @@ const EventClaimRefused = "AnnouncedClaimRefused"
 // Service's condition can land before its ingress, a released one's
 // ingress goes before its condition, Services sharing a VIP get its new
 // answer one patch apart), and the cache may lag the leader's writes by as
-// much as its own writes (ownWriteLag).
-const claimGrace = ownWriteLag
+// much as its own writes (placement.CacheLag).
+const claimGrace = placement.CacheLag
 
 // announcedSource is where a replica reads the conditions from: its own
 // informers (which the caller starts) and the rules a claim must meet.
@@ -94,7 +99,7 @@ func trustedAnswers(services []*v1.Service, r claimRules) (map[netip.Addr]lb.Ans
 		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || !r.serves(svc) {
 			continue
 		}
-		for _, a := range announcedAnswers(svc) {
+		for _, a := range placement.AnnouncedAnswers(svc) {
 			if a.MAC == nil {
 				continue
 			}
@@ -217,6 +222,53 @@ func (r *claimReporter) tell(ctx context.Context, c refusedClaim) {
 	if r.recorder != nil {
 		r.recorder.Event(c.svc, v1.EventTypeWarning, EventClaimRefused, msg)
 	}
+}
+
+// claimReader reads the conditions for one replica's use of them (its
+// answers, its BGP routes), telling of the refused claims it would have
+// acted on with a reporter of its own. It is a placement.Claims.
+type claimReader struct {
+	services corelisters.ServiceLister
+	rules    claimRules
+	report   *claimReporter
+	informer cache.SharedIndexInformer // the Services'; nil if not watched
+	synced   []cache.InformerSynced
+}
+
+var _ placement.Claims = (*claimReader)(nil)
+
+// reader is a new reader of s's conditions.
+func (s *announcedSource) reader() *claimReader {
+	return &claimReader{services: s.services.Lister(), rules: s.rules, report: newClaimReporter(s.recorder, s.grace),
+		informer: s.services.Informer(), synced: s.synced}
+}
+
+// OnChange calls f on every change of the Services until remove.
+func (r *claimReader) OnChange(f func()) (remove func(), err error) {
+	reg, err := follow.OnAnyChange(r.informer, f)
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = r.informer.RemoveEventHandler(reg) }, nil
+}
+
+// WaitSynced waits for the Services (and Namespaces, if read) to be cached.
+func (r *claimReader) WaitSynced(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), r.synced...)
+}
+
+// Answers are the answers trustedAnswers believes that mine accepts; it
+// tells of the refused claims mine accepts, after claimGrace, and says
+// whether some wait for it.
+func (r *claimReader) Answers(ctx context.Context, mine func(lb.Answer) bool) (map[netip.Addr]lb.Answer, bool, error) {
+	services, err := r.services.List(labels.Everything())
+	if err != nil {
+		return nil, false, err
+	}
+	answers, refused := trustedAnswers(services, r.rules)
+	maps.DeleteFunc(answers, func(_ netip.Addr, a lb.Answer) bool { return !mine(a) })
+	refused = slices.DeleteFunc(refused, func(c refusedClaim) bool { return !mine(c.answer) })
+	return answers, r.report.note(ctx, refused, time.Now()), nil
 }
 
 // newAnnouncedSource reads the conditions from replica's informers, and

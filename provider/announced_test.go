@@ -20,6 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // trustPools: one pool for every namespace, one kept for namespace a.
@@ -31,7 +33,7 @@ var trustPools = []lb.PoolConfig{
 // claiming is a LoadBalancer Service of namespace ns whose ingress lists
 // ingress and whose Announced condition claims answers.
 func claiming(ns, name string, ingress []string, answers ...lb.Answer) *v1.Service {
-	s := lbService(name)
+	s := lbtest.Service(name)
 	s.Namespace = ns
 	for _, ip := range ingress {
 		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip})
@@ -51,7 +53,7 @@ func TestFollowerAnswersOnlyWhatTheLeaderCouldHave(t *testing.T) {
 	f := newLBFixtureOf(t, trustPools)
 	a, b := testNodes[0], testNodes[1]
 	ip := netip.MustParseAddr
-	claim := func(vip string, n testNode) lb.Answer { return lb.Answer{VIP: ip(vip), Node: n.name, MAC: n.mac} }
+	claim := func(vip string, n lbtest.Node) lb.Answer { return lb.Answer{VIP: ip(vip), Node: n.Name, MAC: n.MAC} }
 	for _, svc := range []*v1.Service{
 		claiming("a", "web", []string{"10.0.0.1"}, claim("10.0.0.1", a)),
 		claiming("a", "ok", []string{"10.0.0.3"}, claim("10.0.0.3", b)),
@@ -65,22 +67,20 @@ func TestFollowerAnswersOnlyWhatTheLeaderCouldHave(t *testing.T) {
 		}
 	}
 	// Told at the first pass; the reporter's own test times the grace.
-	ann := followOn(t, f, trustPools, "zone-a", nil, 0)
+	ann := followOn(t, f, trustPools, "zone-a", 0)
 
-	// Three passes at least (one every answerFollowPeriod).
-	time.Sleep(3*answerFollowPeriod + answerFollowPeriod/2)
-	ann.mu.Lock()
-	sets := slices.Clone(ann.sets)
-	ann.mu.Unlock()
+	// Three passes at least (one every placement.FollowPeriod).
+	time.Sleep(3*placement.FollowPeriod + placement.FollowPeriod/2)
+	sets := ann.Sets()
 	answering := map[string]string{}
 	for vip, mac := range ann.Answering() {
 		answering[vip.String()] = mac.String()
 	}
-	want := map[string]string{"10.0.0.1": a.mac.String(), "10.0.0.3": b.mac.String()}
+	want := map[string]string{"10.0.0.1": a.MAC.String(), "10.0.0.3": b.MAC.String()}
 	if len(answering) != len(want) || answering["10.0.0.1"] != want["10.0.0.1"] || answering["10.0.0.3"] != want["10.0.0.3"] {
 		t.Errorf("the follower answers %v, want %v", answering, want)
 	}
-	for _, forbidden := range []string{"10.0.0.1 " + b.mac.String(), "10.0.1.1 " + b.mac.String(), "10.0.0.4 " + a.mac.String(), "10.0.0.4 " + b.mac.String()} {
+	for _, forbidden := range []string{"10.0.0.1 " + b.MAC.String(), "10.0.1.1 " + b.MAC.String(), "10.0.0.4 " + a.MAC.String(), "10.0.0.4 " + b.MAC.String()} {
 		if slices.Contains(sets, forbidden) {
 			t.Errorf("the follower answered %s, as a forged or conflicting condition says (answers set: %q)", forbidden, sets)
 		}
@@ -104,6 +104,66 @@ func TestFollowerAnswersOnlyWhatTheLeaderCouldHave(t *testing.T) {
 	}
 	if len(evs.Items) != 4 {
 		t.Errorf("%d events, want the 4 refusals only", len(evs.Items))
+	}
+}
+
+// TestHostAnswersFollowTheConditions: a following replica answers a VIP
+// when the Announced condition names a MAC of a domain on its host, of a
+// Service this CCM serves, whose ingress lists the VIP, in its pools;
+// nothing else.
+func TestHostAnswersFollowTheConditions(t *testing.T) {
+	local := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
+	remote := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 2}
+	announced := func(name string, answers ...lb.Answer) *v1.Service {
+		var ingress []string
+		for _, a := range answers {
+			ingress = append(ingress, a.VIP.String())
+		}
+		return claiming("default", name, ingress, answers...)
+	}
+	ip := netip.MustParseAddr
+	classed := announced("classed", lb.Answer{VIP: ip("10.0.0.5"), Node: "n1", MAC: local})
+	classed.Spec.LoadBalancerClass = ptr.To("example.com/other")
+	notLB := announced("cluster-ip", lb.Answer{VIP: ip("10.0.0.6"), Node: "n1", MAC: local})
+	notLB.Spec.Type = v1.ServiceTypeClusterIP
+	garbled := lbtest.Service("garbled")
+	garbled.Status.Conditions = []metav1.Condition{{Type: lb.ConditionAnnounced, Status: metav1.ConditionTrue, Message: "nonsense"}}
+	services := []*v1.Service{
+		announced("here", lb.Answer{VIP: ip("10.0.0.1"), Node: "n1", MAC: local}),
+		announced("dual", lb.Answer{VIP: ip("10.0.0.2"), Node: "n1", MAC: local}, lb.Answer{VIP: ip("fd00::2"), Node: "n1", MAC: local}),
+		announced("there", lb.Answer{VIP: ip("10.0.0.3"), Node: "n2", MAC: remote}),
+		announced("nobody", lb.Answer{VIP: ip("10.0.0.4")}),
+		announced("outside-pools", lb.Answer{VIP: ip("192.0.2.1"), Node: "n1", MAC: local}),
+		classed, notLB, garbled, lbtest.Service("unplaced"),
+	}
+	pools, err := lb.NewPools([]lb.PoolConfig{{Name: "test", Addresses: []string{"10.0.0.0/24", "fd00::/120"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, s := range services {
+		if err := indexer.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &claimReader{services: corelisters.NewServiceLister(indexer), rules: claimRules{serves: LoadBalancerConfig{}.Serves, pools: pools}, report: newClaimReporter(nil, 0)}
+	// What the follower asks: the answers of a MAC of a domain on its host.
+	answers, _, err := r.Answers(context.Background(), func(a lb.Answer) bool { return a.MAC.String() == local.String() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[netip.Addr]net.HardwareAddr{}
+	for vip, a := range answers {
+		got[vip] = a.MAC
+	}
+	want := map[netip.Addr]string{ip("10.0.0.1"): local.String(), ip("10.0.0.2"): local.String(), ip("fd00::2"): local.String()}
+	if len(got) != len(want) {
+		t.Errorf("answers %v, want %v", got, want)
+	}
+	for vip, mac := range want {
+		if got[vip].String() != mac {
+			t.Errorf("%s answered by %v, want %s", vip, got[vip], mac)
+		}
 	}
 }
 
@@ -225,20 +285,19 @@ func TestClaimReporterTellsOnceAfterGrace(t *testing.T) {
 
 // followOn starts, beside f's leader, the replica of another host whose
 // hypervisor zone it is, following the conditions with pools and its own
-// announcer (returned); vipRoutes, if not nil, are its host's routes to
-// VIPs. Refused claims are told after grace.
-func followOn(t *testing.T, f *lbFixture, pools []lb.PoolConfig, zone string, vipRoutes pathSetter, grace time.Duration) *fakeAnnouncer {
+// announcer (returned). Refused claims are told after grace.
+func followOn(t *testing.T, f *lbFixture, pools []lb.PoolConfig, zone string, grace time.Duration) *lbtest.Announcer {
 	t.Helper()
 	cfg := lbConfig(t, pools)
-	follower := newLoadBalancerWith(cfg, []Hypervisor{f.hv}, f.lb.place.instances, newFakeAnnouncer(), vipRoutes, nil)
+	ann := lbtest.NewAnnouncer()
+	follower := newLoadBalancerWith(cfg, []Hypervisor{f.hv}, f.in, ann, nil, nil)
 	factory := informers.NewSharedInformerFactory(f.client, 0)
 	src := newAnnouncedSource(f.ctx, factory, f.client, LoadBalancerConfig{}.Serves, cfg.ParsedPools())
 	src.grace = grace
-	fw, err := follower.follow(f.ctx, src, []hostHypervisor{{domains: hostOfZone{f.hv, zone}, bridge: testBridge}})
-	if err != nil {
+	// It follows until f's context ends.
+	if err := follower.place.Follow(f.ctx, src.reader(), []placement.HostHypervisor{{Domains: f.hv.InZone(zone), Bridge: lbtest.Bridge}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(fw.halt)
 	factory.Start(f.ctx.Done())
-	return follower.ann.(*fakeAnnouncer)
+	return ann
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/labcloud/labcloud/bgp"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 )
 
 // bgpAnnouncer keeps the BGP speaker's routes equal to the pod CIDRs of
@@ -39,18 +40,11 @@ type bgpAnnouncer struct {
 	connected func() ([]netip.Prefix, error)
 	nodes     corelisters.NodeLister
 	synced    []cache.InformerSynced
-	changed   kicker // a pending recompute
-	// vips, in routed mode (bgp.announceVIPs), are the VIPs to announce as
-	// the Services' Announced conditions place them; nil otherwise.
-	vips *announcedVIPs
-}
-
-// announcedVIPs reads which node answers each VIP of the Services this
-// CCM serves, as far as trustedAnswers believes the conditions.
-type announcedVIPs struct {
-	services corelisters.ServiceLister
-	rules    claimRules
-	report   *claimReporter
+	changed   follow.Kicker // a pending recompute
+	// vips, in routed mode (bgp.announceVIPs), read which node answers
+	// each VIP of the Services this CCM serves, as far as trustedAnswers
+	// believes the conditions; nil otherwise.
+	vips *claimReader
 }
 
 func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error) {
@@ -63,7 +57,7 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 		return nil, fmt.Errorf("bgp: netlink: %w", err)
 	}
 	connected := func() ([]netip.Prefix, error) { return netroutes.Connected(h) }
-	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), connected: connected, changed: newKicker()}, nil
+	return &bgpAnnouncer{opts: opts, cluster: cluster, onHost: cfg.onThisHost(), connected: connected, changed: follow.NewKicker()}, nil
 }
 
 // start starts a in this replica, leader or not, on the replica's own
@@ -71,13 +65,13 @@ func newBGPAnnouncer(cfg *Config, cluster []netip.Prefix) (*bgpAnnouncer, error)
 // the Services, whose VIPs it announces as their conditions place them.
 func (a *bgpAnnouncer) start(ctx context.Context, nodes coreinformers.NodeInformer, vips *announcedSource) error {
 	a.nodes, a.synced = nodes.Lister(), []cache.InformerSynced{nodes.Informer().HasSynced}
-	if _, err := onRouteFieldsChange(nodes.Informer(), a.changed.kick); err != nil {
+	if _, err := onRouteFieldsChange(nodes.Informer(), a.changed.Kick); err != nil {
 		return err
 	}
 	if vips != nil {
-		a.vips = &announcedVIPs{services: vips.services.Lister(), rules: vips.rules, report: newClaimReporter(vips.recorder, vips.grace)}
+		a.vips = vips.reader()
 		a.synced = append(a.synced, vips.synced...)
-		if _, err := onAnyChange(vips.services.Informer(), a.changed.kick); err != nil {
+		if _, err := a.vips.OnChange(a.changed.Kick); err != nil {
 			return err
 		}
 	}
@@ -174,17 +168,15 @@ func (a *bgpAnnouncer) desired(ctx context.Context) (routes []bgp.Route, refused
 	}
 	routes, refused = bgpRoutes(nodes, podCIDRRules{cluster: a.cluster, connected: connected}, a.onHost)
 	if a.vips != nil {
-		services, err := a.vips.services.List(labels.Everything())
+		// This host tells only of the claims it would have announced.
+		var answers map[netip.Addr]lb.Answer
+		answers, recheck, err = a.vips.Answers(ctx, func(ans lb.Answer) bool {
+			n := nodeNamed(nodes, ans.Node)
+			return n != nil && a.onHost(n)
+		})
 		if err != nil {
 			return nil, nil, false, err
 		}
-		answers, claims := trustedAnswers(services, a.vips.rules)
-		// This host tells only of the claims it would have announced.
-		claims = slices.DeleteFunc(claims, func(c refusedClaim) bool {
-			n := nodeNamed(nodes, c.answer.Node)
-			return n == nil || !a.onHost(n)
-		})
-		recheck = a.vips.report.note(ctx, claims, time.Now())
 		vr, vrefused := vipRoutes(answers, nodes, a.onHost)
 		routes, refused = append(routes, vr...), append(refused, vrefused...)
 	}

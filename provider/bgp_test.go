@@ -280,6 +280,11 @@ func TestBGPLeavesConnectedSubnets(t *testing.T) {
 	}
 }
 
+// testMAC is a node's MAC: its name's last letter in the last byte.
+func testMAC(name string) net.HardwareAddr {
+	return net.HardwareAddr{0x52, 0x54, 0, 0, 0, name[len(name)-1]}
+}
+
 // TestBGPAnnouncesOnlyTrustedVIPs: in routed mode a forged claim (a VIP
 // not in the claiming Service's ingress) and two Services claiming one VIP
 // for different nodes cost only those VIPs: every other route, the pod
@@ -308,7 +313,7 @@ func TestBGPAnnouncesOnlyTrustedVIPs(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	a := &bgpAnnouncer{cluster: rtCluster, onHost: func(*v1.Node) bool { return true }, nodes: nodeLister(t, nodes...),
 		connected: func() ([]netip.Prefix, error) { return nil, nil },
-		vips:      &announcedVIPs{services: corelisters.NewServiceLister(services), rules: claimRules{serves: LoadBalancerConfig{}.Serves, pools: pools}, report: newClaimReporter(rec, 0)}}
+		vips:      &claimReader{services: corelisters.NewServiceLister(services), rules: claimRules{serves: LoadBalancerConfig{}.Serves, pools: pools}, report: newClaimReporter(rec, 0)}}
 	routes, _, recheck, err := a.desired(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,9 @@ import (
 
 	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/libvirtcloud/tapwatch"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 	"github.com/labcloud/labcloud/provider/outofservice"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // ProviderName is the --cloud-provider value and the providerID scheme.
@@ -50,19 +52,15 @@ type Cloud struct {
 	routes      *routes // nil unless routes.bridge is configured
 	// routeFollower routes this host's bridge while this replica does not
 	// lead, with hypervisors on several hosts; nil otherwise.
-	routeFollower *follower
-	lb            *loadBalancer // nil unless loadBalancer.bridge is configured
-	// answerFollower answers for this host's nodes' VIPs while this
-	// replica does not lead, with hypervisors on several hosts; nil
-	// otherwise.
-	answerFollower *follower
-	lbOff          *loadBalancerOff // serves LoadBalancer Services while lb is nil
-	bgp            *bgpAnnouncer    // nil unless bgp is configured
-	unparsable     *unparsableReporter
-	outOfService   *outofservice.Controller // nil when switched off
-	ctx            context.Context
-	runCtx         context.Context      // from Initialize: ends when the CCM stops
-	client         kubernetes.Interface // from Initialize, for the components
+	routeFollower *follow.Follower
+	lb            *loadBalancer    // nil unless loadBalancer.bridge is configured
+	lbOff         *loadBalancerOff // serves LoadBalancer Services while lb is nil
+	bgp           *bgpAnnouncer    // nil unless bgp is configured
+	unparsable    *unparsableReporter
+	outOfService  *outofservice.Controller // nil when switched off
+	ctx           context.Context
+	runCtx        context.Context      // from Initialize: ends when the CCM stops
+	client        kubernetes.Interface // from Initialize, for the components
 }
 
 // component is a part of the provider that needs the cluster: it is
@@ -184,8 +182,11 @@ func Open(ctx context.Context, cfg Config, flags Flags) (*Cloud, error) {
 		if c.lb, err = newLoadBalancer(ctx, &c.cfg, hvs, c.instances); err != nil {
 			return nil, err
 		}
+		// Until it leads, with hypervisors on several hosts, this
+		// replica answers for its host's nodes' VIPs: the leader's
+		// placement places them (placement.Lead ends the following).
 		if announced != nil && cfg.resolved.here != nil {
-			if c.answerFollower, err = c.lb.follow(ctx, announced, c.hostHypervisors()); err != nil {
+			if err := c.lb.place.Follow(ctx, announced.reader(), c.hostHypervisors()); err != nil {
 				return nil, fmt.Errorf("loadBalancer: %w", err)
 			}
 		}
@@ -230,13 +231,8 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	c.runCtx = ctx
 	if c.routeFollower != nil {
 		// Leading: the route controller routes this host's bridge now.
-		c.routeFollower.halt()
+		c.routeFollower.Halt()
 		c.routeFollower = nil
-	}
-	if c.answerFollower != nil {
-		// Leading: placement answers for this host's nodes now.
-		c.answerFollower.halt()
-		c.answerFollower = nil
 	}
 	if len(c.components()) > 0 {
 		c.client = clientBuilder.ClientOrDie("libvirt-cloud-provider")
@@ -341,11 +337,11 @@ func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) {
 
 // hostHypervisors are the hypervisors on this CCM's host, with the bridge
 // their guests use.
-func (c *Cloud) hostHypervisors() []hostHypervisor {
-	var out []hostHypervisor
+func (c *Cloud) hostHypervisors() []placement.HostHypervisor {
+	var out []placement.HostHypervisor
 	for i, hc := range c.cfg.Hypervisors {
-		if d, ok := c.hypervisors[i].(hostDomains); ok && hc.Host == c.cfg.Host {
-			out = append(out, hostHypervisor{domains: d, bridge: hc.Bridge})
+		if d, ok := c.hypervisors[i].(placement.HostDomains); ok && hc.Host == c.cfg.Host {
+			out = append(out, placement.HostHypervisor{Domains: d, Bridge: hc.Bridge})
 		}
 	}
 	return out

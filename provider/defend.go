@@ -17,10 +17,9 @@ import (
 // does not. The message stays the same from one claim to the next, so
 // that the recorder counts repeats in one Event.
 func (l *loadBalancer) vipDefended(d announce.Defence) {
-	services := l.place.services
 	for _, k := range l.alloc.Holders(d.VIP) {
 		ns, name, _ := strings.Cut(k, "/")
-		svc, err := services.Services(ns).Get(name)
+		svc, err := l.services.Services(ns).Get(name)
 		if err != nil {
 			continue
 		}

@@ -8,19 +8,20 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/labcloud/labcloud/lb/announce"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // TestVIPDefendedEvents: each defence is told to the Service holding the
 // VIP as an IPConflict Warning that names the other host and what it did.
 func TestVIPDefendedEvents(t *testing.T) {
-	svc := lbService("web")
+	svc := lbtest.Service("web")
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12", svc).start()
 	vip := f.mustEnsure(svc)
 	from := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x66}
 	f.lb.vipDefended(announce.Defence{VIP: vip, From: from, Probe: true})
 	f.lb.vipDefended(announce.Defence{VIP: vip, From: from, Ignored: 7})
 	var got []string
-	for _, e := range f.drain() {
+	for _, e := range f.Drain() {
 		if strings.HasPrefix(e, v1.EventTypeWarning+" "+ReasonConflict+" ") {
 			got = append(got, e)
 		}

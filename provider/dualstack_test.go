@@ -6,11 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 func dualStack(policy v1.IPFamilyPolicy) func(*v1.Service) {
@@ -38,11 +40,11 @@ func TestPreferDualStackSaysWhatIsMissing(t *testing.T) {
 		{Name: "v4", Addresses: []string{"10.0.0.10-10.0.0.19"}},
 		{Name: "v6", Addresses: []string{"fd00::10"}},
 	}).start()
-	v6only := lbService("v6only", func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} })
+	v6only := lbtest.Service("v6only", func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} })
 	if got := f.mustEnsure(v6only); got != netip.MustParseAddr("fd00::10") {
 		t.Fatalf("IPv6 Service got %s", got)
 	}
-	prefer := lbService("prefer", dualStack(v1.IPFamilyPolicyPreferDualStack))
+	prefer := lbtest.Service("prefer", dualStack(v1.IPFamilyPolicyPreferDualStack))
 	for range 3 {
 		st, err := f.ensure(prefer)
 		if err != nil || !slices.Equal(ingressIPs(st), []string{"10.0.0.10"}) {
@@ -51,7 +53,7 @@ func TestPreferDualStackSaysWhatIsMissing(t *testing.T) {
 	}
 	partial := func() []string {
 		var out []string
-		for _, e := range f.drain() {
+		for _, e := range f.Drain() {
 			if strings.HasPrefix(e, v1.EventTypeNormal+" "+ReasonDualStackPartial+" ") {
 				out = append(out, e)
 			}
@@ -73,7 +75,7 @@ func TestPreferDualStackSaysWhatIsMissing(t *testing.T) {
 		t.Errorf("served whole, yet %d %s events", len(got), ReasonDualStackPartial)
 	}
 	// Another Service hits the same shortfall and is told so.
-	if _, err := f.ensure(lbService("prefer2", dualStack(v1.IPFamilyPolicyPreferDualStack))); err != nil {
+	if _, err := f.ensure(lbtest.Service("prefer2", dualStack(v1.IPFamilyPolicyPreferDualStack))); err != nil {
 		t.Fatal(err)
 	}
 	if got := partial(); len(got) != 2 || !strings.Contains(got[1], "10.0.0.11") {
@@ -87,7 +89,7 @@ func TestDualStackVIPsAnsweredTogether(t *testing.T) {
 	f := newLBFixtureOf(t, []lb.PoolConfig{{Name: "both", Addresses: []string{"10.0.0.0/27", "fd00::/123"}}}).start()
 	var pairs [][2]netip.Addr
 	for i := range 12 {
-		st, err := f.ensure(lbService(fmt.Sprintf("svc-%d", i), dualStack(v1.IPFamilyPolicyRequireDualStack)))
+		st, err := f.ensure(lbtest.Service(fmt.Sprintf("svc-%d", i), dualStack(v1.IPFamilyPolicyRequireDualStack)))
 		if err != nil || len(st.Ingress) != 2 {
 			t.Fatalf("svc-%d: %v, %v", i, st, err)
 		}
@@ -95,7 +97,7 @@ func TestDualStackVIPsAnsweredTogether(t *testing.T) {
 	}
 	together := func() bool {
 		for _, p := range pairs {
-			if a, b := f.ann.answering(p[0]), f.ann.answering(p[1]); a == nil || a.String() != b.String() {
+			if a, b := f.ann.MAC(p[0]), f.ann.MAC(p[1]); a == nil || a.String() != b.String() {
 				return false
 			}
 		}
@@ -104,29 +106,10 @@ func TestDualStackVIPsAnsweredTogether(t *testing.T) {
 	if !together() {
 		t.Fatalf("VIP pairs %v answered apart: %v", pairs, f.ann.Answering())
 	}
-	first, _ := nodeOf(f.ann.answering(pairs[0][0]))
-	f.setReady(first, v1.ConditionFalse, t0)
-	other := otherNode(first)
-	f.waitFor("both VIPs moved to "+other.name, func() bool {
-		return together() && f.ann.answering(pairs[0][1]).String() == other.mac.String()
+	first, _ := lbtest.NodeOf(f.ann.MAC(pairs[0][0]))
+	f.SetReady(first, v1.ConditionFalse, time.Now())
+	other := lbtest.OtherNode(first)
+	f.WaitFor("both VIPs moved to "+other.Name, func() bool {
+		return together() && f.ann.MAC(pairs[0][1]).String() == other.MAC.String()
 	})
-}
-
-// TestSnapshotRanksDualStackTogether: a VIP that ranks as another ranks
-// the nodes both allow, so both have one first node.
-func TestSnapshotRanksDualStackTogether(t *testing.T) {
-	v4, v6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
-	nodes := []snapNode{{name: "a"}, {name: "b"}, {name: "c"}, {name: "d"}}
-	for _, onlyOn := range []map[string]bool{nil, {"b": true, "d": true}} {
-		s, _ := testSnapshot(nodes, map[netip.Addr]vipClaim{
-			v4: {services: []string{"default/dual"}, onlyOn: onlyOn},
-			v6: {services: []string{"default/dual"}, rankAs: v4},
-		}, false)
-		if len(s.ranked[v4]) == 0 || !slices.Equal(s.ranked[v4], s.ranked[v6]) {
-			t.Errorf("onlyOn %v: %s ranks %v, %s ranks %v; want the same", onlyOn, v4, s.ranked[v4], v6, s.ranked[v6])
-		}
-		if onlyOn != nil && !onlyOn[s.ranked[v6][0]] {
-			t.Errorf("onlyOn %v: %s answered by %s", onlyOn, v6, s.ranked[v6][0])
-		}
-	}
 }

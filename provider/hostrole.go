@@ -15,7 +15,7 @@ import (
 // With hypervisors on one host, that is the leader, or a stand-in (from
 // the neighbour record) while no replica leads. With hypervisors on
 // several hosts, every replica answers for the VIPs of its own host's
-// nodes, leader or not (answers_split.go): it takes the host's role at
+// nodes, leader or not (placement.Follow): it takes the host's role at
 // start-up, and a second process on the same host (an upgrade's) stands
 // in only while the first holds no role.
 type hostRole struct {

@@ -26,44 +26,22 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/lb/announce"
+	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/metrics"
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // LoadBalancer: this file holds the cloudprovider.LoadBalancer methods.
 // The allocator is the one record of which VIPs exist and which Services
-// hold them (loaded from the Service statuses at start); placement (see
-// placement.go) decides which node answers each VIP and applies that to the
-// announcer.
+// hold them (loaded from the Service statuses at start); placement (the
+// placement package) decides which node answers each VIP and applies that
+// to the announcer.
 
-// Announcer makes one node answer for a VIP on the bridge.
-// *announce.Announcer satisfies it.
-type Announcer interface {
-	// SetAfter makes mac answer for vip; cause, if not zero, is when the
-	// libvirt event that moved it happened (timed to the first gratuitous
-	// ARP as failover latency).
-	SetAfter(vip netip.Addr, mac net.HardwareAddr, cause time.Time) error
-	Remove(vip netip.Addr) error
-	// Answering returns every VIP answered now and the MAC answering it.
-	Answering() map[netip.Addr]net.HardwareAddr
-	Owned(vip netip.Addr) (net.HardwareAddr, bool)
-	Probe(ctx context.Context, vip netip.Addr) (owner net.HardwareAddr, taken bool, err error)
-	// ProbeFor says whether the host at mac answers for ip (a guest's liveness).
-	ProbeFor(ctx context.Context, ip netip.Addr, mac net.HardwareAddr) (answered bool, err error)
-	Run(ctx context.Context) error
-}
-
-var _ Announcer = (*announce.Announcer)(nil)
-
-// Event reasons on Services. ReasonVIPAnnounced and ReasonNoNodeForVIP are
-// events about one VIP; lb.ReasonAnnounced and lb.ReasonNoEligibleNode, of
-// the same values, are the Announced condition's reasons, about all of a
-// Service's VIPs.
+// Event reasons on Services, besides placement's about where a VIP is
+// answered (placement.ReasonVIPAnnounced and friends).
 const (
 	ReasonAllocated        = "IPAllocated"
-	ReasonVIPAnnounced     = "Announced"      // a VIP no node answered is answered now
-	ReasonVIPMoved         = "AnnouncerMoved" // another node answers a VIP now
-	ReasonNoNodeForVIP     = "NoEligibleNode" // no node may answer a VIP
 	ReasonConflict         = "IPConflict"
 	ReasonExhausted        = "PoolExhausted"
 	ReasonInvalidRequest   = "InvalidRequest"
@@ -93,13 +71,14 @@ type loadBalancer struct {
 	// namespaceSelector; nil when no pool has one.
 	namespaces corelisters.NamespaceLister
 	selectsNS  bool
-	ann        Announcer
-	place      *placement
+	ann        placement.Announcer
+	place      *placement.Placement
 	role       *hostRole     // nil in unit tests: always the announcer
 	loaded     chan struct{} // closed once every existing assignment is loaded
 
 	client   kubernetes.Interface
 	recorder record.EventRecorder
+	services corelisters.ServiceLister // from start: the shared informer's
 
 	mu     sync.Mutex
 	warned map[string]string    // service → the request error last reported
@@ -132,7 +111,7 @@ func newLoadBalancer(ctx context.Context, cfg *Config, hvs []Hypervisor, in *ins
 	if err != nil {
 		return nil, fmt.Errorf("loadBalancer.bridge %q: %w", bridge, err)
 	}
-	var vipRoutes pathSetter
+	var vipRoutes placement.PathSetter
 	if cfg.LoadBalancer.RoutedTraffic != RoutedAnnouncer {
 		rh, err := netlink.NewHandle() // netroutes makes its handle strict
 		if err != nil {
@@ -158,17 +137,25 @@ func newLoadBalancer(ctx context.Context, cfg *Config, hvs []Hypervisor, in *ins
 // newLoadBalancerWith builds the load balancer of cfg (loaded) over ann;
 // vipRoutes, if not nil, programs the host's routes to VIPs. The pools
 // never hand out the excluded addresses.
-func newLoadBalancerWith(cfg *Config, hvs []Hypervisor, in *instances, ann Announcer, vipRoutes pathSetter, excluded []netip.Addr) *loadBalancer {
+func newLoadBalancerWith(cfg *Config, hvs []Hypervisor, in *instances, ann placement.Announcer, vipRoutes placement.PathSetter, excluded []netip.Addr) *loadBalancer {
 	pools, bridge := cfg.resolved.pools, cfg.LoadBalancer.Bridge
 	alloc := lb.NewAllocator(pools.Excluding(excluded))
+	placed := make([]placement.Hypervisor, len(hvs))
+	for i, h := range hvs {
+		placed[i] = h
+	}
 	return &loadBalancer{
 		bridge:    bridge,
 		serves:    cfg.LoadBalancer.Serves,
 		alloc:     alloc,
 		selectsNS: pools.SelectsNamespaces(),
 		ann:       ann,
-		place: newPlacement(placementConfig{
-			bridge: bridge, bridges: cfg.guestBridges(), hypervisors: hvs, instances: in, alloc: alloc, ann: ann, here: cfg.resolved.here, vipRoutes: vipRoutes,
+		place: placement.New(placement.Config{
+			Bridge: bridge, Bridges: cfg.guestBridges(), Hypervisors: placed, Alloc: alloc, Announcer: ann, Here: cfg.resolved.here, VIPRoutes: vipRoutes,
+			Domain: func(ctx context.Context, n *v1.Node) (libvirtcloud.Domain, error) {
+				d, _, err := in.find(ctx, n)
+				return d, err
+			},
 		}),
 		loaded: make(chan struct{}),
 		warned: map[string]string{},
@@ -179,23 +166,24 @@ func newLoadBalancerWith(cfg *Config, hvs []Hypervisor, in *instances, ann Annou
 // start runs once this replica leads: it becomes the host's announcer,
 // loads every assignment, and starts the placement loop.
 func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
+	if err := l.lead(ctx, client, factory, recorder); err != nil {
+		return err
+	}
+	go l.serve(ctx)
+	return nil
+}
+
+// lead makes placement lead, on factory's informers, and this load
+// balancer the one that records what happens to the Services.
+func (l *loadBalancer) lead(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder) error {
 	l.client = client
 	l.recorder = recorder
+	l.services = factory.Core().V1().Services().Lister()
 	if l.selectsNS {
 		l.namespaces = factory.Core().V1().Namespaces().Lister()
 	}
-	if err := l.place.watch(factory, l.recorder, client); err != nil {
+	if err := l.place.Lead(ctx, factory, recorder, client); err != nil {
 		return err
-	}
-	if here := l.place.here; here != nil {
-		var zones []string
-		for z, mine := range here {
-			if mine {
-				zones = append(zones, z)
-			}
-		}
-		slices.Sort(zones)
-		klog.FromContext(ctx).Info("Leading: placing every VIP, answering those of this host's nodes; each other host's replica answers its own nodes'", "zones", zones)
 	}
 	if l.defended != nil {
 		l.defended.Store(l)
@@ -203,21 +191,22 @@ func (l *loadBalancer) start(ctx context.Context, client kubernetes.Interface, f
 	if l.role == nil {
 		go l.runAnnouncer(ctx)
 	}
-	go func() {
-		if l.role != nil {
-			// Wait for the replica that stood in (if any) to hand over
-			// the bridge before anything is announced.
-			if err := l.role.lead(ctx); err != nil {
-				return
-			}
-		}
-		if err := l.load(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "Cannot load VIP assignments; retrying")
-			l.retryLoad(ctx)
-		}
-		l.place.run(ctx)
-	}()
 	return nil
+}
+
+// serve waits for the replica that stood in (if any) to hand over the
+// bridge, loads every assignment and places VIPs until ctx ends.
+func (l *loadBalancer) serve(ctx context.Context) {
+	if l.role != nil {
+		if err := l.role.lead(ctx); err != nil {
+			return
+		}
+	}
+	if err := l.load(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot load VIP assignments; retrying")
+		l.retryLoad(ctx)
+	}
+	l.place.Run(ctx)
 }
 
 // runAnnouncer runs the announcer until ctx ends. One that stops before
@@ -363,7 +352,7 @@ func (l *loadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 			return nil, err
 		}
 	}
-	l.place.sync(ctx, svc)
+	l.place.Sync(ctx, svc)
 	l.succeeded(svc, res)
 	return status(ips), nil
 }
@@ -424,7 +413,7 @@ func (l *loadBalancer) UpdateLoadBalancer(ctx context.Context, _ string, svc *v1
 	if err := l.waitLoaded(ctx); err != nil {
 		return err
 	}
-	l.place.sync(ctx, svc)
+	l.place.Sync(ctx, svc)
 	return nil
 }
 
@@ -439,7 +428,7 @@ func (l *loadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, _ string, 
 	l.alloc.Release(k)
 	l.clearWarning(k)
 	if len(ips) > 0 {
-		l.place.sync(ctx, nil)
+		l.place.Sync(ctx, nil)
 		l.recorder.Eventf(svc, v1.EventTypeNormal, ReasonReleased, "Released %s", joinAddrs(ips))
 	}
 	return nil

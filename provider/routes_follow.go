@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/labcloud/labcloud/netroutes"
+	"github.com/labcloud/labcloud/provider/internal/follow"
 )
 
 // With hypervisors on several hosts each replica runs on a host of its
@@ -34,9 +35,9 @@ const (
 // follow starts routing r's bridge from the cluster's Nodes (the replica's
 // own informer, which the caller starts) until the returned follower is
 // halted.
-func (r *routes) follow(ctx context.Context, nodes coreinformers.NodeInformer) (*follower, error) {
-	changed := newKicker()
-	reg, err := onRouteFieldsChange(nodes.Informer(), changed.kick)
+func (r *routes) follow(ctx context.Context, nodes coreinformers.NodeInformer) (*follow.Follower, error) {
+	changed := follow.NewKicker()
+	reg, err := onRouteFieldsChange(nodes.Informer(), changed.Kick)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,7 @@ func (r *routes) follow(ctx context.Context, nodes coreinformers.NodeInformer) (
 		}
 		return routeFollowPeriod
 	}
-	return startFollower(ctx, changed, prepare, step, func() { _ = nodes.Informer().RemoveEventHandler(reg) }), nil
+	return follow.Start(ctx, changed, prepare, step, func() { _ = nodes.Informer().RemoveEventHandler(reg) }), nil
 }
 
 // reconcileFrom makes the owned routes on the bridge those the Nodes call

@@ -60,7 +60,7 @@ func TestRouteFollower(t *testing.T) {
 	if msg := routed(want); msg != "" {
 		t.Fatalf("after Node c joined: %s", msg)
 	}
-	f.halt()
+	f.Halt()
 	if err := client.CoreV1().Nodes().Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/labcloud/labcloud/lb"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 func inNamespace(ns string) func(*v1.Service) {
@@ -32,16 +33,16 @@ func TestPoolsKeptForNamespaces(t *testing.T) {
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}},
 	}, gold).start()
 
-	if got := f.mustEnsure(lbService("a1", inNamespace("team-a"), withAnnotation(lb.AnnotationPool, "team-a"))); got != netip.MustParseAddr("10.0.0.20") {
+	if got := f.mustEnsure(lbtest.Service("a1", inNamespace("team-a"), lbtest.WithAnnotation(lb.AnnotationPool, "team-a"))); got != netip.MustParseAddr("10.0.0.20") {
 		t.Errorf("team-a/a1 asked for its pool and got %s", got)
 	}
-	if got := f.mustEnsure(lbService("g1", inNamespace("gold-team"), withAnnotation(lb.AnnotationPool, "gold"))); got != netip.MustParseAddr("10.0.0.30") {
+	if got := f.mustEnsure(lbtest.Service("g1", inNamespace("gold-team"), lbtest.WithAnnotation(lb.AnnotationPool, "gold"))); got != netip.MustParseAddr("10.0.0.30") {
 		t.Errorf("gold-team/g1 (labelled tier=gold) asked for the gold pool and got %s", got)
 	}
 	for _, svc := range []*v1.Service{
-		lbService("b1", inNamespace("team-b"), withAnnotation(lb.AnnotationPool, "team-a")),
-		lbService("b2", inNamespace("team-b"), withAnnotation(lb.AnnotationIP, "10.0.0.25")),
-		lbService("b3", inNamespace("team-b"), withAnnotation(lb.AnnotationPool, "gold")),
+		lbtest.Service("b1", inNamespace("team-b"), lbtest.WithAnnotation(lb.AnnotationPool, "team-a")),
+		lbtest.Service("b2", inNamespace("team-b"), lbtest.WithAnnotation(lb.AnnotationIP, "10.0.0.25")),
+		lbtest.Service("b3", inNamespace("team-b"), lbtest.WithAnnotation(lb.AnnotationPool, "gold")),
 	} {
 		for range 3 {
 			st, err := f.ensure(svc)
@@ -51,7 +52,7 @@ func TestPoolsKeptForNamespaces(t *testing.T) {
 		}
 	}
 	var warnings []string
-	for _, e := range f.drain() {
+	for _, e := range f.Drain() {
 		if strings.HasPrefix(e, v1.EventTypeWarning+" "+ReasonNotForNS+" ") {
 			warnings = append(warnings, e)
 		}
@@ -59,7 +60,7 @@ func TestPoolsKeptForNamespaces(t *testing.T) {
 	if len(warnings) != 3 || !strings.Contains(warnings[0], `pool "team-a"`) || !strings.Contains(warnings[2], `pool "gold"`) {
 		t.Errorf("want one %s Warning per Service naming its pool, got %q", ReasonNotForNS, warnings)
 	}
-	if got := f.mustEnsure(lbService("b4", inNamespace("team-b"))); got != netip.MustParseAddr("10.0.0.10") {
+	if got := f.mustEnsure(lbtest.Service("b4", inNamespace("team-b"))); got != netip.MustParseAddr("10.0.0.10") {
 		t.Errorf("team-b/b4 without a pool got %s, want the open pool's first", got)
 	}
 }
@@ -70,7 +71,7 @@ func TestPoolsKeptForNamespaces(t *testing.T) {
 // IPv4 VIP is never announced alone), while an IPv4 Service beside it is
 // served.
 func TestRequireDualStackWholeOrNotAtAll(t *testing.T) {
-	dual := lbService("dual", func(s *v1.Service) {
+	dual := lbtest.Service("dual", func(s *v1.Service) {
 		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 		s.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyRequireDualStack)
 	})
@@ -80,7 +81,7 @@ func TestRequireDualStackWholeOrNotAtAll(t *testing.T) {
 	if err != nil || len(st.Ingress) != 2 || st.Ingress[0].IP != "10.0.0.10" || st.Ingress[1].IP != "fd00::10" {
 		t.Fatalf("dual-stack Service: %+v, %v; want 10.0.0.10 and fd00::10", st, err)
 	}
-	v4, v6 := f.ann.answering(netip.MustParseAddr("10.0.0.10")), f.ann.answering(netip.MustParseAddr("fd00::10"))
+	v4, v6 := f.ann.MAC(netip.MustParseAddr("10.0.0.10")), f.ann.MAC(netip.MustParseAddr("fd00::10"))
 	if v4 == nil || v4.String() != v6.String() {
 		t.Errorf("IPv4 VIP answered by %v, IPv6 VIP by %v; want one node", v4, v6)
 	}
@@ -94,10 +95,10 @@ func TestRequireDualStackWholeOrNotAtAll(t *testing.T) {
 	if ips := g.lb.alloc.Lookup("default/dual"); len(ips) > 0 {
 		t.Errorf("the refused dual-stack Service holds %v", ips)
 	}
-	if n := g.count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 {
+	if n := g.Count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 {
 		t.Errorf("%d %s Warnings over 3 tries, want 1", n, ReasonNoPoolForFamily)
 	}
-	if got := g.mustEnsure(lbService("v4")); got != netip.MustParseAddr("10.0.0.10") {
+	if got := g.mustEnsure(lbtest.Service("v4")); got != netip.MustParseAddr("10.0.0.10") {
 		t.Errorf("IPv4 Service got %s", got)
 	}
 	if answering := g.ann.Answering(); len(answering) > 1 {
@@ -110,8 +111,8 @@ func TestRequireDualStackWholeOrNotAtAll(t *testing.T) {
 // request starts again at 3 s, and so does a Service served in between.
 func TestWaitingServiceBacksOff(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
-	f.mustEnsure(lbService("holder", withAnnotation(lb.AnnotationIP, "10.0.0.11")))
-	waiter := lbService("waiter", withAnnotation(lb.AnnotationIP, "10.0.0.11"))
+	f.mustEnsure(lbtest.Service("holder", lbtest.WithAnnotation(lb.AnnotationIP, "10.0.0.11")))
+	waiter := lbtest.Service("waiter", lbtest.WithAnnotation(lb.AnnotationIP, "10.0.0.11"))
 	retryAfter := func(svc *v1.Service) time.Duration {
 		t.Helper()
 		_, err := f.ensure(svc)
@@ -129,7 +130,7 @@ func TestWaitingServiceBacksOff(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("waits %v, want %v", got, want)
 	}
-	changed := lbService("waiter", withAnnotation(lb.AnnotationIP, "10.0.0.11"), withAnnotation(lb.AnnotationSharingKey, "k"))
+	changed := lbtest.Service("waiter", lbtest.WithAnnotation(lb.AnnotationIP, "10.0.0.11"), lbtest.WithAnnotation(lb.AnnotationSharingKey, "k"))
 	if d := retryAfter(changed); d != waitRetry {
 		t.Errorf("after the request changed: wait %s, want %s", d, waitRetry)
 	}
@@ -144,8 +145,8 @@ func TestWaitingServiceBacksOff(t *testing.T) {
 func TestUnmendableRequestWaitsForAChange(t *testing.T) {
 	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
 	for _, svc := range []*v1.Service{
-		lbService("junk", withAnnotation(lb.AnnotationIP, strings.Repeat("x", 100_000))),
-		lbService("v6", func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} }),
+		lbtest.Service("junk", lbtest.WithAnnotation(lb.AnnotationIP, strings.Repeat("x", 100_000))),
+		lbtest.Service("v6", func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} }),
 	} {
 		for range 3 {
 			_, err := f.ensure(svc)
@@ -155,7 +156,7 @@ func TestUnmendableRequestWaitsForAChange(t *testing.T) {
 			}
 		}
 	}
-	if n, m := f.count(v1.EventTypeWarning, ReasonInvalidRequest), f.count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 || m != 1 {
+	if n, m := f.Count(v1.EventTypeWarning, ReasonInvalidRequest), f.Count(v1.EventTypeWarning, ReasonNoPoolForFamily); n != 1 || m != 1 {
 		t.Errorf("%d %s and %d %s Warnings over 3 tries each, want 1 and 1", n, ReasonInvalidRequest, m, ReasonNoPoolForFamily)
 	}
 }

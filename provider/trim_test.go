@@ -22,7 +22,7 @@ func TestTrimForCache(t *testing.T) {
 	node := func(full bool) *v1.Node {
 		n := &v1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "7",
-				Labels:      map[string]string{excludeLabel: "", "kubernetes.io/hostname": "n1"},
+				Labels:      map[string]string{v1.LabelNodeExcludeBalancers: "", "kubernetes.io/hostname": "n1"},
 				Annotations: map[string]string{"alpha.kubernetes.io/provided-node-ip": "10.0.0.5"}},
 			Spec: v1.NodeSpec{ProviderID: "libvirt://x", PodCIDRs: []string{"10.244.1.0/24"},
 				Taints: []v1.Taint{{Key: "node.cloudprovider.kubernetes.io/uninitialized", Effect: v1.TaintEffectNoSchedule}}},

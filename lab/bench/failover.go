@@ -18,6 +18,7 @@ import (
 
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/host"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // Bounds of one failover run.
@@ -177,7 +178,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 		return run, fmt.Errorf("start %s again: %w", from, err)
 	}
 	b.started[from] = restarted
-	ready, err := b.waitReport(ctx, from, restarted, readyReport(before))
+	ready, err := b.waitReport(ctx, from, restarted, placement.ReadyReport(before))
 	if err != nil {
 		return run, err
 	}
@@ -265,23 +266,13 @@ func (b *failoverBench) waitReport(ctx context.Context, name string, start time.
 	return time.Time{}, fmt.Errorf("node %s did not report Ready within %s of its start", name, eligibleBound)
 }
 
-// readyReport identifies the Node's last Ready report: status and heartbeat.
-func readyReport(n *v1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return string(c.Status) + "@" + c.LastHeartbeatTime.UTC().Format(time.RFC3339)
-		}
-	}
-	return ""
-}
-
 // reportedSince: the Node reports Ready with a heartbeat at or after since
 // (heartbeats have whole seconds) in a report other than before.
 func reportedSince(n *v1.Node, since time.Time, before string) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == v1.NodeReady {
 			return c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) &&
-				readyReport(n) != before
+				placement.ReadyReport(n) != before
 		}
 	}
 	return false

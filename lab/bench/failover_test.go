@@ -13,6 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 func TestPercentiles(t *testing.T) {
@@ -136,7 +138,7 @@ func TestReportedSince(t *testing.T) {
 		{"Ready in the start's second", node(v1.ConditionTrue, start.Truncate(time.Second)), true},
 		{"no Ready condition", &v1.Node{}, false},
 	} {
-		if got := reportedSince(tc.n, start, readyReport(old)); got != tc.want {
+		if got := reportedSince(tc.n, start, placement.ReadyReport(old)); got != tc.want {
 			t.Errorf("%s: reportedSince = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/netroutes"
-	"github.com/labcloud/labcloud/provider"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // This file is the decision half of `labcloud chaos`' invariant checks: a
@@ -146,10 +146,10 @@ func eligibleMACs(s *Snapshot) map[string]string {
 // may keep the VIPs they answer (the CCM does not move VIPs for a
 // control-plane outage): every such node when no node is eligible
 // (noneEligible), else those that went Unknown less than
-// provider.UnknownHold before the snapshot.
+// placement.UnknownHold before the snapshot.
 func keepingMACs(s *Snapshot, noneEligible bool) map[string]string {
 	return macsOfNodes(s, func(n Node) bool {
-		return n.Unknown && (noneEligible || s.At.Before(n.UnknownSince.Add(provider.UnknownHold)))
+		return n.Unknown && (noneEligible || s.At.Before(n.UnknownSince.Add(placement.UnknownHold)))
 	})
 }
 

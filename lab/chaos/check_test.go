@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/netroutes"
-	"github.com/labcloud/labcloud/provider"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -88,7 +88,7 @@ func TestEvaluate(t *testing.T) {
 				s.Domains["n1"] = Domain{Running: true, MAC: mac1, LastDown: t0.Add(-time.Minute)}
 				s.CCMStarted = t0.Add(-50 * time.Second)
 				s.Nodes[0].Reported = t0.Add(-70 * time.Second)
-				s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(-provider.UnknownHold)
+				s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(-placement.UnknownHold)
 			},
 			want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
 		{name: "a report in the second the domain went down counts",
@@ -108,10 +108,10 @@ func TestEvaluate(t *testing.T) {
 			s.Nodes[1].NotReady, s.Nodes[1].Unknown = true, true
 		}},
 		{name: "an Unknown node keeps a VIP another node is eligible for, past its hold", change: func(s *Snapshot) {
-			s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(-provider.UnknownHold)
+			s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(-placement.UnknownHold)
 		}, want: []string{"vip-answered 10.123.0.200: answered by 52:54:00:7c:00:01 of n1 (domain running, not eligible)"}},
 		{name: "an Unknown node keeps a VIP another node is eligible for, within its hold", change: func(s *Snapshot) {
-			s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(time.Second-provider.UnknownHold)
+			s.Nodes[0].NotReady, s.Nodes[0].Unknown, s.Nodes[0].UnknownSince = true, true, t0.Add(time.Second-placement.UnknownHold)
 		}},
 		{name: "a node reported NotReady keeps a VIP", change: func(s *Snapshot) {
 			s.Nodes[0].NotReady = true

@@ -23,7 +23,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	nodeutil "k8s.io/component-helpers/node/util"
 
-	"github.com/labcloud/labcloud/provider"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // BenchmarkSteadyState: 100 Nodes (test-driver domains on the e2e bridge,
@@ -157,7 +157,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	// A placement pass takes every Node and every VIP route: at steady
 	// state only the periodic resync runs one.
 	b.ReportMetric(perMin(int(passes)), "placement-passes/min")
-	if budget := int(t1.Sub(t0)/provider.PlacementResync) + 1; int(passes) > budget {
+	if budget := int(t1.Sub(t0)/placement.Resync) + 1; int(passes) > budget {
 		b.Errorf("%v placement passes in %s while %d Nodes reported heartbeats and nothing changed, want at most %d (the periodic resync)", passes, t1.Sub(t0).Round(time.Second), reported, budget)
 	}
 	if cpuPct >= 1 {

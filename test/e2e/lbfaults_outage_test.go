@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	nodeutil "k8s.io/component-helpers/node/util"
 
-	"github.com/labcloud/labcloud/provider"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // TestLBFaultsAPIServerOutage: two replicas with leader election as
@@ -91,7 +91,7 @@ func TestLBFaultsAPIServerOutage(t *testing.T) {
 // TestLBUnknownNodeKeepsItsVIP: after a control-plane outage
 // kube-controller-manager marks every Node Unknown, and the kubelets report
 // again one by one. The first node back Ready does not take the VIP of a
-// node still Unknown whose domain runs; once provider.UnknownHold has
+// node still Unknown whose domain runs; once placement.UnknownHold has
 // passed with that node still Unknown, the Ready node takes it.
 func TestLBUnknownNodeKeepsItsVIP(t *testing.T) {
 	requireEnv(t)
@@ -116,16 +116,16 @@ func TestLBUnknownNodeKeepsItsVIP(t *testing.T) {
 			vip, answering, other, missed, sent, wrong, macs[answering])
 	}
 
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, provider.UnknownHold+15*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, placement.UnknownHold+15*time.Second, true, func(context.Context) (bool, error) {
 		mac, err := client.resolve(vip, 300*time.Millisecond)
 		return err == nil && mac.String() == macs[other].String(), nil
 	})
 	after := time.Since(unknownAt)
-	t.Logf("VIP %s moved to the Ready node %s %v after %s went Unknown (hold %v)", vip, other, after.Round(100*time.Millisecond), answering, provider.UnknownHold)
+	t.Logf("VIP %s moved to the Ready node %s %v after %s went Unknown (hold %v)", vip, other, after.Round(100*time.Millisecond), answering, placement.UnknownHold)
 	if err != nil {
 		t.Fatalf("VIP %s still not answered by the Ready node %s %v after %s went Unknown", vip, other, after.Round(time.Second), answering)
 	}
-	if after < provider.UnknownHold {
-		t.Errorf("VIP %s left the Unknown node %s after %v, before its %v hold", vip, answering, after, provider.UnknownHold)
+	if after < placement.UnknownHold {
+		t.Errorf("VIP %s left the Unknown node %s after %v, before its %v hold", vip, answering, after, placement.UnknownHold)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/labcloud/labcloud/netroutes"
-	"github.com/labcloud/labcloud/provider"
+	"github.com/labcloud/labcloud/provider/placement"
 )
 
 // hostPaths is the next hops of the host's proto-77 route to vip, sorted
@@ -124,7 +124,7 @@ func TestLoadBalancerSpreadRoutes(t *testing.T) {
 	if err := netlink.RouteDel(gone); err != nil {
 		t.Fatalf("deleting the route to %s: %v", vip, err)
 	}
-	waitHostPathsFor(t, vip, all, "route deleted by someone else", provider.PlacementResync+10*time.Second)
+	waitHostPathsFor(t, vip, all, "route deleted by someone else", placement.Resync+10*time.Second)
 
 	// A dead domain leaves the route with the ARP answer's move.
 	dead := answering()

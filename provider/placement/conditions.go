@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"context"
@@ -36,11 +36,12 @@ import (
 // conditionWorkers write conditions in parallel (one patch each).
 const conditionWorkers = 4
 
-// ownWriteLag bounds how long the Service cache may lag behind a write of
-// ours: within it, a cached condition that differs from what was just
-// written is the old one, and is not written again; after it, the
-// difference is someone else's change, and the condition is restored.
-const ownWriteLag = 10 * time.Second
+// CacheLag bounds how long a Service cache may lag behind a write of the
+// Announced condition: within it, a cached condition that differs from
+// what placement just wrote is the old one, and is not written again;
+// after it, the difference is someone else's change, and the condition is
+// restored.
+const CacheLag = 10 * time.Second
 
 type conditions struct {
 	client   kubernetes.Interface
@@ -158,7 +159,7 @@ func (c *conditions) set(k string, svc *v1.Service, want *metav1.Condition) {
 // cache (svc; nil if not cached) to lag behind, else as cached. Callers
 // hold mu.
 func (c *conditions) needsWrite(k string, svc *v1.Service, want *metav1.Condition) bool {
-	if w, ok := c.written[k]; ok && (svc == nil || w.uid == svc.UID) && time.Since(w.at) < ownWriteLag {
+	if w, ok := c.written[k]; ok && (svc == nil || w.uid == svc.UID) && time.Since(w.at) < CacheLag {
 		return !sameCondition(w.cond, want)
 	}
 	if svc == nil {

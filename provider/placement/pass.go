@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"context"
@@ -14,9 +14,19 @@ import (
 	"github.com/labcloud/labcloud/metrics"
 )
 
+// Event reasons on Services, about one VIP each. ReasonVIPAnnounced and
+// ReasonNoNodeForVIP have the values of lb.ReasonAnnounced and
+// lb.ReasonNoEligibleNode, the Announced condition's reasons, about all of
+// a Service's VIPs.
+const (
+	ReasonVIPAnnounced = "Announced"      // a VIP no node answered is answered now
+	ReasonVIPMoved     = "AnnouncerMoved" // another node answers a VIP now
+	ReasonNoNodeForVIP = "NoEligibleNode" // no node may answer a VIP
+)
+
 // pass places every VIP and applies the result; its caller holds the
 // passing token.
-func (p *placement) pass(ctx context.Context, given givenServices) {
+func (p *Placement) pass(ctx context.Context, given givenServices) {
 	if p.nodes == nil {
 		return
 	}
@@ -53,7 +63,7 @@ func earliest(a, b time.Time) time.Time {
 // apply makes the answers what changes say, with the events, logs and
 // metrics of each, and notes when each set VIP's damping ends; it returns
 // when the earliest hold that keeps a VIP from a change ends (zero if none).
-func (p *placement) apply(ctx context.Context, snap snapshot, changes []change, given givenServices) (holdEnds time.Time) {
+func (p *Placement) apply(ctx context.Context, snap snapshot, changes []change, given givenServices) (holdEnds time.Time) {
 	log := klog.FromContext(ctx)
 	zoneOf := func(mac net.HardwareAddr) (string, bool) {
 		v, ok := snap.withMAC(mac)
@@ -106,7 +116,7 @@ func (p *placement) apply(ctx context.Context, snap snapshot, changes []change, 
 }
 
 // wakeAt pokes a pass at t (none if t is zero), replacing the last pass's.
-func (p *placement) wakeAt(t time.Time) {
+func (p *Placement) wakeAt(t time.Time) {
 	if p.holdTimer != nil {
 		p.holdTimer.Stop()
 	}
@@ -117,7 +127,7 @@ func (p *placement) wakeAt(t time.Time) {
 
 // event records an event on each of services that can be found (the
 // call's copy, else the cache's).
-func (p *placement) event(services []string, given givenServices, typ, reason, format string, args ...any) {
+func (p *Placement) event(services []string, given givenServices, typ, reason, format string, args ...any) {
 	for _, k := range services {
 		if s := p.lookupService(k, given); s != nil {
 			p.recorder.Eventf(s, typ, reason, format, args...)
@@ -137,7 +147,7 @@ func (given givenServices) only(services []string) []string {
 }
 
 // noNodeEvent says to services that no node can answer ip.
-func (p *placement) noNodeEvent(services []string, given givenServices, ip netip.Addr) {
+func (p *Placement) noNodeEvent(services []string, given givenServices, ip netip.Addr) {
 	p.event(services, given, v1.EventTypeWarning, ReasonNoNodeForVIP, "No eligible node (running domain on %s, Ready, not labelled node.kubernetes.io/exclude-from-external-load-balancers as kubeadm labels control planes, with endpoints for Local policy) can answer for %s", p.bridge, ip)
 }
 

@@ -1,9 +1,8 @@
-package provider
+package placement
 
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/libvirtcloud"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // otherCondition belongs to someone else: the placement must keep it.
@@ -30,7 +30,7 @@ func keptOther(s *v1.Service) bool {
 }
 
 // announced returns the Service's Announced condition as the API has it.
-func (f *lbFixture) announced(name string) (*metav1.Condition, *v1.Service) {
+func (f *fixture) announced(name string) (*metav1.Condition, *v1.Service) {
 	f.t.Helper()
 	s, err := f.client.CoreV1().Services("default").Get(f.ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -41,10 +41,10 @@ func (f *lbFixture) announced(name string) (*metav1.Condition, *v1.Service) {
 
 // waitAnnounced waits until the Service's Announced condition has this
 // status and message.
-func (f *lbFixture) waitAnnounced(name string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+func (f *fixture) waitAnnounced(name string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	f.t.Helper()
 	var got *metav1.Condition
-	f.waitFor(fmt.Sprintf("condition %s %s %q", status, reason, message), func() bool {
+	f.WaitFor(fmt.Sprintf("condition %s %s %q", status, reason, message), func() bool {
 		got, _ = f.announced(name)
 		return got != nil && got.Status == status && got.Reason == reason && got.Message == message
 	})
@@ -52,7 +52,7 @@ func (f *lbFixture) waitAnnounced(name string, status metav1.ConditionStatus, re
 }
 
 // statusPatches counts the patches of services/status sent so far.
-func (f *lbFixture) statusPatches() int {
+func (f *fixture) statusPatches() int {
 	n := 0
 	for _, a := range f.client.Actions() {
 		if a.GetVerb() == "patch" && a.GetResource().Resource == "services" && a.GetSubresource() == "status" {
@@ -67,37 +67,35 @@ func (f *lbFixture) statusPatches() int {
 // written only when it changes, and never touches the load-balancer
 // status or other conditions.
 func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web", withOtherCondition)).start()
-	svc := lbService("web", withOtherCondition)
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web", withOtherCondition)).start()
+	svc := lbtest.Service("web", withOtherCondition)
 	vip := f.mustEnsure(svc)
-	first, ok := nodeOf(f.ann.answering(vip))
+	first, ok := lbtest.NodeOf(f.ann.MAC(vip))
 	if !ok {
-		t.Fatalf("answered by %v", f.ann.answering(vip))
+		t.Fatalf("answered by %v", f.ann.MAC(vip))
 	}
-	other := otherNode(first)
+	other := lbtest.OtherNode(first)
 	// What the service controller writes with EnsureLoadBalancer's answer.
 	_, s := f.announced("web")
-	s.Status.LoadBalancer = *status([]netip.Addr{vip})
+	lbtest.WithStatusIP(vip.String())(s)
 	if _, err := f.client.CoreV1().Services("default").UpdateStatus(f.ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	c1 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, first.name, first.mac))
+	c1 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, first.Name, first.MAC))
 	if c1.LastTransitionTime.IsZero() {
 		t.Error("no lastTransitionTime")
 	}
 
 	// Steady state: passes and service syncs write nothing.
-	f.waitFor("the cache to show the condition", func() bool {
-		s, err := f.lb.place.services.Services("default").Get("web")
+	f.WaitFor("the cache to show the condition", func() bool {
+		s, err := f.p.services.Services("default").Get("web")
 		return err == nil && meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced) != nil
 	})
 	patches := f.statusPatches()
 	for range 5 {
-		f.lb.place.sync(f.ctx, nil)
-		if err := f.lb.UpdateLoadBalancer(f.ctx, "test", svc, f.nodes); err != nil {
-			t.Fatal(err)
-		}
+		f.p.Sync(f.ctx, nil)
+		f.p.Sync(f.ctx, svc) // UpdateLoadBalancer
 	}
 	time.Sleep(100 * time.Millisecond) // the writer's queue is asynchronous
 	if n := f.statusPatches() - patches; n != 0 {
@@ -107,13 +105,13 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 	// lastTransitionTime has one-second resolution: let a second pass so
 	// the move's time is visibly later.
 	time.Sleep(1100 * time.Millisecond)
-	f.hv.setState(first.name, libvirtcloud.StateShutOff)
-	c2 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, other.name, other.mac))
+	f.hv.SetState(first.Name, libvirtcloud.StateShutOff)
+	c2 := f.waitAnnounced("web", metav1.ConditionTrue, lb.ReasonAnnounced, fmt.Sprintf("%s answered by node %s (%s)", vip, other.Name, other.MAC))
 	if !c2.LastTransitionTime.After(c1.LastTransitionTime.Time) {
 		t.Errorf("after the move lastTransitionTime %v, want later than %v", c2.LastTransitionTime, c1.LastTransitionTime)
 	}
 
-	f.hv.setState(other.name, libvirtcloud.StateCrashed)
+	f.hv.SetState(other.Name, libvirtcloud.StateCrashed)
 	f.waitAnnounced("web", metav1.ConditionFalse, lb.ReasonNoEligibleNode, vip.String()+" answered by no node (none is eligible: it needs a running domain on the bridge, a Ready Node and, with externalTrafficPolicy Local, a ready endpoint)")
 	_, s = f.announced("web")
 	if got := s.Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP != vip.String() {
@@ -124,10 +122,8 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 	}
 
 	// Released: the condition goes, the rest stays.
-	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
+	f.release(svc)
+	f.WaitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
 	_, s = f.announced("web")
 	if !keptOther(s) {
 		t.Errorf("removing ours changed the other condition: %+v", s.Status.Conditions)
@@ -138,14 +134,12 @@ func TestAnnouncedConditionFollowsPlacement(t *testing.T) {
 // patches of status.conditions holding the one condition (or its delete
 // directive): nothing else of the Service is in them.
 func TestAnnouncedConditionPatchTouchesOnlyIt(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
-	svc := lbService("web")
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
+	svc := lbtest.Service("web")
 	f.mustEnsure(svc)
-	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
-	if err := f.lb.EnsureLoadBalancerDeleted(f.ctx, "test", svc); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
+	f.WaitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
+	f.release(svc)
+	f.WaitFor("the condition removed", func() bool { c, _ := f.announced("web"); return c == nil })
 	var bodies []string
 	for _, a := range f.client.Actions() {
 		p, ok := a.(k8stesting.PatchAction)
@@ -180,33 +174,33 @@ func TestAnnouncedConditionPatchTouchesOnlyIt(t *testing.T) {
 // the condition gets it back (once the cache can no longer be lagging
 // behind our own write), with its original lastTransitionTime.
 func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("web")).start()
-	f.mustEnsure(lbService("web"))
-	f.waitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("web")).start()
+	f.mustEnsure(lbtest.Service("web"))
+	f.WaitFor("a condition", func() bool { c, _ := f.announced("web"); return c != nil })
 	want, s := f.announced("web")
 	s.Status.Conditions = nil
 	if _, err := f.client.CoreV1().Services("default").UpdateStatus(f.ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("the cache to show the removal", func() bool {
-		s, err := f.lb.place.services.Services("default").Get("web")
+	f.WaitFor("the cache to show the removal", func() bool {
+		s, err := f.p.services.Services("default").Get("web")
 		return err == nil && len(s.Status.Conditions) == 0
 	})
 	// Within the lag allowed for our own writes, nothing is rewritten ...
-	f.lb.place.sync(f.ctx, nil)
+	f.p.Sync(f.ctx, nil)
 	time.Sleep(50 * time.Millisecond)
 	if c, _ := f.announced("web"); c != nil {
 		t.Fatalf("rewritten at once: %+v", c)
 	}
 	// ... after it, the next pass restores it.
-	f.lb.place.conds.mu.Lock()
-	for k, w := range f.lb.place.conds.written {
-		w.at = w.at.Add(-ownWriteLag)
-		f.lb.place.conds.written[k] = w
+	f.p.conds.mu.Lock()
+	for k, w := range f.p.conds.written {
+		w.at = w.at.Add(-CacheLag)
+		f.p.conds.written[k] = w
 	}
-	f.lb.place.conds.mu.Unlock()
-	f.lb.place.sync(f.ctx, nil)
-	f.waitFor("the condition restored", func() bool { c, _ := f.announced("web"); return c != nil })
+	f.p.conds.mu.Unlock()
+	f.p.Sync(f.ctx, nil)
+	f.WaitFor("the condition restored", func() bool { c, _ := f.announced("web"); return c != nil })
 	if got, _ := f.announced("web"); !got.LastTransitionTime.Equal(&want.LastTransitionTime) || !lb.SameAnnounced(*got, *want) {
 		t.Errorf("restored %+v, want %+v", got, want)
 	}
@@ -216,15 +210,15 @@ func TestAnnouncedConditionRestoredAfterOthersChangeIt(t *testing.T) {
 // answers it.
 func TestAnnouncedConditionSharedVIP(t *testing.T) {
 	shared := func(name string, port int32) *v1.Service {
-		return lbService(name, withAnnotation(lb.AnnotationSharingKey, "k"), withPort(port))
+		return lbtest.Service(name, lbtest.WithAnnotation(lb.AnnotationSharingKey, "k"), lbtest.WithPort(port))
 	}
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", shared("a", 80), shared("b", 443)).start()
+	f := newFixture(t, "10.0.0.10-10.0.0.12", shared("a", 80), shared("b", 443)).start()
 	vip := f.mustEnsure(shared("a", 80))
 	if got := f.mustEnsure(shared("b", 443)); got != vip {
 		t.Fatalf("b got %s, want the shared %s", got, vip)
 	}
-	n, _ := nodeOf(f.ann.answering(vip))
-	msg := fmt.Sprintf("%s answered by node %s (%s)", vip, n.name, n.mac)
+	n, _ := lbtest.NodeOf(f.ann.MAC(vip))
+	msg := fmt.Sprintf("%s answered by node %s (%s)", vip, n.Name, n.MAC)
 	f.waitAnnounced("a", metav1.ConditionTrue, lb.ReasonAnnounced, msg)
 	f.waitAnnounced("b", metav1.ConditionTrue, lb.ReasonAnnounced, msg)
 }

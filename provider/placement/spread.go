@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"context"
@@ -20,15 +20,15 @@ import (
 // per connection. ARP keeps serving the clients on the bridge itself
 // through the answering node.
 
-// pathSetter programs the host's routes to VIPs. A netroutes.Manager of
+// PathSetter programs the host's routes to VIPs. A netroutes.Manager of
 // protocol netroutes.VIPProtocol satisfies it.
-type pathSetter interface {
+type PathSetter interface {
 	Subnets() ([]netip.Prefix, error)
 	ReconcilePaths([]netroutes.Paths) (int, error)
 	UpdatePaths([]netroutes.Paths) (int, error)
 }
 
-var _ pathSetter = (*netroutes.Manager)(nil)
+var _ PathSetter = (*netroutes.Manager)(nil)
 
 // maxSpreadPaths caps the next hops of a route to a VIP: how many of its
 // ranked nodes a pass keeps. A few nodes already spread connections; a next
@@ -41,7 +41,7 @@ const maxSpreadPaths = 16
 // allocates in proportion to every VIP's multipath route, pass after pass.
 // The passes between write what changed since the last; a route someone else
 // changed or removed is put back by the first pass a second after the last
-// read (the PlacementResync's at the latest).
+// read (the Resync's at the latest).
 const routeCheckInterval = time.Second
 
 // vipPaths decides the host's route to each answered VIP (answering: VIP →
@@ -82,7 +82,7 @@ func vipPaths(answering map[netip.Addr]string, ranked map[netip.Addr][]string, a
 // applySpread programs the host's routes to every VIP answered now
 // (answeringMACs: the announcer's VIPs and MACs after the pass's changes, so
 // a route never names a node the ARP answer has left).
-func (p *placement) applySpread(ctx context.Context, snap snapshot, answeringMACs map[netip.Addr]net.HardwareAddr) {
+func (p *Placement) applySpread(ctx context.Context, snap snapshot, answeringMACs map[netip.Addr]net.HardwareAddr) {
 	if p.vipRoutes == nil {
 		return
 	}

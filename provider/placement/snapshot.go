@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"context"
@@ -230,7 +230,7 @@ func (s *snapshot) rank() {
 // last known facts. The snapshot's slices and maps are the last pass's,
 // emptied: new ones for every pass were much of what the CCM allocates in
 // a large cluster.
-func (p *placement) snapshot(ctx context.Context, given givenServices, now time.Time) snapshot {
+func (p *Placement) snapshot(ctx context.Context, given givenServices, now time.Time) snapshot {
 	snap := &p.snap
 	if p.readNodes(ctx, snap) {
 		p.mu.Lock()
@@ -245,7 +245,7 @@ func (p *placement) snapshot(ctx context.Context, given givenServices, now time.
 
 // readNodes fills snap with every Node and its domain's facts, and keeps
 // the facts in known; false if the Nodes could not be listed.
-func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
+func (p *Placement) readNodes(ctx context.Context, snap *snapshot) bool {
 	all, err := p.nodes.List(labels.Everything())
 	snap.reset(len(all))
 	if err != nil {
@@ -258,7 +258,7 @@ func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
 	var unasked map[netip.Addr]net.HardwareAddr // guests to probe: their hypervisor cannot be asked
 	for _, n := range all {
 		v := nodeView{name: n.Name, node: n}
-		d, _, err := p.instances.find(ctx, n)
+		d, err := p.domain(ctx, n)
 		switch {
 		case err == nil:
 			v.facts = nodeFacts{uuid: d.UUID, zone: d.Hypervisor, state: d.State, mac: macOn(d, p.bridgeOf(d.Hypervisor)), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
@@ -304,7 +304,7 @@ func (p *placement) readNodes(ctx context.Context, snap *snapshot) bool {
 // bridgeOf is the bridge the guests of the hypervisor of zone use: a
 // node's MAC is looked for there, as bridges on several hosts may be
 // named apart.
-func (p *placement) bridgeOf(zone string) string {
+func (p *Placement) bridgeOf(zone string) string {
 	if b := p.bridges[zone]; b != "" {
 		return b
 	}
@@ -326,7 +326,7 @@ func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
 
 // claims reads the claimed VIPs and their Services' policies at now, and
 // says when the next endpoint's warm-up ends (zero if none waits).
-func (p *placement) claims(given givenServices, now time.Time) (map[netip.Addr]vipClaim, time.Time) {
+func (p *Placement) claims(given givenServices, now time.Time) (map[netip.Addr]vipClaim, time.Time) {
 	vips := p.alloc.VIPs()
 	rankAs := lb.RankKeys(vips)
 	out := make(map[netip.Addr]vipClaim, len(vips))
@@ -366,7 +366,7 @@ func (p *placement) claims(given givenServices, now time.Time) (map[netip.Addr]v
 }
 
 // lookupService is the Service with key k: the call's copy, else the cache's.
-func (p *placement) lookupService(k string, given givenServices) *v1.Service {
+func (p *Placement) lookupService(k string, given givenServices) *v1.Service {
 	if s, ok := given[k]; ok {
 		return s
 	}
@@ -379,7 +379,7 @@ func (p *placement) lookupService(k string, given givenServices) *v1.Service {
 }
 
 // endpointNodes are the nodes holding a ready endpoint of svc.
-func (p *placement) endpointNodes(svc *v1.Service) map[string]bool {
+func (p *Placement) endpointNodes(svc *v1.Service) map[string]bool {
 	out := map[string]bool{}
 	slices, err := p.slices.EndpointSlices(svc.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name}))
 	if err != nil {

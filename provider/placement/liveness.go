@@ -1,11 +1,10 @@
-package provider
+package placement
 
 import (
 	"bytes"
 	"context"
 	"net"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -196,12 +195,18 @@ func (l *liveness) record(answered map[netip.Addr]bool, now time.Time) (changed 
 // probeAddress is the address a Node's guest is probed at: its first
 // InternalIP of IPv4 (ARP), else its first InternalIP.
 func probeAddress(n *v1.Node) (netip.Addr, bool) {
-	ips := internalIPs(n.Status.Addresses)
-	if i := slices.IndexFunc(ips, netip.Addr.Is4); i >= 0 {
-		return ips[i], true
+	var first netip.Addr
+	for _, a := range n.Status.Addresses {
+		ip, err := netip.ParseAddr(a.Address)
+		if a.Type != v1.NodeInternalIP || err != nil {
+			continue
+		}
+		if ip = ip.Unmap(); ip.Is4() {
+			return ip, true
+		}
+		if !first.IsValid() {
+			first = ip
+		}
 	}
-	if len(ips) > 0 {
-		return ips[0], true
-	}
-	return netip.Addr{}, false
+	return first, first.IsValid()
 }

@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"fmt"
@@ -186,5 +186,24 @@ func TestSnapshotRanksWhatPoliciesAllow(t *testing.T) {
 	}
 	if fmt.Sprint(s.ranked) != fmt.Sprint(want) {
 		t.Errorf("ranked = %v, want %v", s.ranked, want)
+	}
+}
+
+// TestSnapshotRanksDualStackTogether: a VIP that ranks as another ranks
+// the nodes both allow, so both have one first node.
+func TestSnapshotRanksDualStackTogether(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
+	nodes := []snapNode{{name: "a"}, {name: "b"}, {name: "c"}, {name: "d"}}
+	for _, onlyOn := range []map[string]bool{nil, {"b": true, "d": true}} {
+		s, _ := testSnapshot(nodes, map[netip.Addr]vipClaim{
+			v4: {services: []string{"default/dual"}, onlyOn: onlyOn},
+			v6: {services: []string{"default/dual"}, rankAs: v4},
+		}, false)
+		if len(s.ranked[v4]) == 0 || !slices.Equal(s.ranked[v4], s.ranked[v6]) {
+			t.Errorf("onlyOn %v: %s ranks %v, %s ranks %v; want the same", onlyOn, v4, s.ranked[v4], v6, s.ranked[v6])
+		}
+		if onlyOn != nil && !onlyOn[s.ranked[v6][0]] {
+			t.Errorf("onlyOn %v: %s answered by %s", onlyOn, v6, s.ranked[v6][0])
+		}
 	}
 }

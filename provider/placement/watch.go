@@ -1,6 +1,7 @@
-package provider
+package placement
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 )
 
 // excludeLabel keeps a node out of load balancer pools, as upstream does.
@@ -21,9 +23,36 @@ const excludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
 // heartbeat time less this.
 const heartbeatSkew = 2 * time.Second
 
+// Lead makes this replica the one that places every VIP. From its start
+// no follower's write lands on the announcer; it halts the follower
+// (Follow), then registers the informers placement reads from factory,
+// and their event handlers; recorder records the Services' events,
+// client writes their Announced conditions. Run runs the passes.
+func (p *Placement) Lead(ctx context.Context, factory informers.SharedInformerFactory, recorder record.EventRecorder, client kubernetes.Interface) error {
+	p.answers.lead()
+	if p.follower != nil {
+		p.follower.Halt()
+		p.follower = nil
+	}
+	if err := p.watch(factory, recorder, client); err != nil {
+		return err
+	}
+	if p.here != nil {
+		var zones []string
+		for z, mine := range p.here {
+			if mine {
+				zones = append(zones, z)
+			}
+		}
+		slices.Sort(zones)
+		klog.FromContext(ctx).Info("Leading: placing every VIP, answering those of this host's nodes; each other host's replica answers its own nodes'", "zones", zones)
+	}
+	return nil
+}
+
 // watch registers the informers placement reads and its event handlers;
 // client writes the Services' Announced condition.
-func (p *placement) watch(factory informers.SharedInformerFactory, recorder record.EventRecorder, client kubernetes.Interface) error {
+func (p *Placement) watch(factory informers.SharedInformerFactory, recorder record.EventRecorder, client kubernetes.Interface) error {
 	svcInf, nodeInf, sliceInf := factory.Core().V1().Services(), factory.Core().V1().Nodes(), factory.Discovery().V1().EndpointSlices()
 	p.services, p.nodes, p.slices = svcInf.Lister(), nodeInf.Lister(), sliceInf.Lister()
 	p.conds = newConditions(client, p.services)
@@ -70,7 +99,7 @@ func (p *placement) watch(factory informers.SharedInformerFactory, recorder reco
 
 // nodeAdded counts a Node's report from before the watch from its own
 // heartbeat (see reportAt).
-func (p *placement) nodeAdded(o any) {
+func (p *Placement) nodeAdded(o any) {
 	if n, ok := o.(*v1.Node); ok {
 		p.mu.Lock()
 		if _, seen := p.reportAt[n.Name]; !seen {
@@ -85,7 +114,7 @@ func (p *placement) nodeAdded(o any) {
 
 // nodeUpdated notes a new Ready report and starts a pass if the update
 // changes what a pass reads, or is the report an awaiting Node lacked.
-func (p *placement) nodeUpdated(o, n any) {
+func (p *Placement) nodeUpdated(o, n any) {
 	on, ok1 := o.(*v1.Node)
 	nn, ok2 := n.(*v1.Node)
 	if !ok1 || !ok2 {
@@ -93,7 +122,7 @@ func (p *placement) nodeUpdated(o, n any) {
 		return
 	}
 	awaited := false
-	if readyReport(on) != readyReport(nn) {
+	if ReadyReport(on) != ReadyReport(nn) {
 		p.mu.Lock()
 		p.reportAt[nn.Name] = time.Now()
 		awaited = p.awaiting[nn.Name]
@@ -113,7 +142,7 @@ func (p *placement) nodeUpdated(o, n any) {
 // Service with externalTrafficPolicy Local, or something else that may
 // matter (a tombstone). A Service not yet in the cache starts its own pass
 // when the service controller ensures it.
-func (p *placement) localPolicy(obj any) bool {
+func (p *Placement) localPolicy(obj any) bool {
 	s, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return true

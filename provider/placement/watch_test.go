@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"fmt"
@@ -10,11 +10,12 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/labcloud/labcloud/metrics"
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // TestPlacementInputsChanged: only what a pass reads of a Node starts one.
 func TestPlacementInputsChanged(t *testing.T) {
-	base := testNodes[0].object()
+	base := testNodes[0].Object()
 	cases := []struct {
 		name   string
 		change func(n *v1.Node)
@@ -53,11 +54,11 @@ func TestPlacementInputsChanged(t *testing.T) {
 // takes every Node and dumps every VIP route, so a Node update that changes
 // nothing placement reads must not start one; one that does still does.
 func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12").start()
-	f.mustEnsure(lbService("web"))
+	f := newFixture(t, "10.0.0.10-10.0.0.12").start()
+	f.mustEnsure(lbtest.Service("web"))
 	passes := passCounter(t, f)
 	for i := range 20 {
-		n, err := f.client.CoreV1().Nodes().Get(f.ctx, testNodes[i%len(testNodes)].name, metav1.GetOptions{})
+		n, err := f.client.CoreV1().Nodes().Get(f.ctx, testNodes[i%len(testNodes)].Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,13 +71,13 @@ func TestNodeUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 	if got := passes(); got != 0 {
 		t.Errorf("20 annotation updates started %d placement passes, want 0", got)
 	}
-	f.setReady(testNodes[0], v1.ConditionFalse, time.Now())
-	f.waitFor("a pass for a Node that went NotReady", func() bool { return passes() > 0 })
+	f.SetReady(testNodes[0], v1.ConditionFalse, time.Now())
+	f.WaitFor("a pass for a Node that went NotReady", func() bool { return passes() > 0 })
 }
 
 // passCounter waits until the fixture's placement is idle and returns how
 // many passes have run since.
-func passCounter(t *testing.T, f *lbFixture) func() uint64 {
+func passCounter(t *testing.T, f *fixture) func() uint64 {
 	t.Helper()
 	read := func() uint64 {
 		n, err := testutil.GetHistogramMetricCount(metrics.PlacementPassSeconds.ObserverMetric)
@@ -87,7 +88,7 @@ func passCounter(t *testing.T, f *lbFixture) func() uint64 {
 	}
 	// The loop's own first pass follows its informers' sync, polled every
 	// 100 ms: quiet for 300 ms is after it.
-	f.waitFor("placement idle", func() bool {
+	f.WaitFor("placement idle", func() bool {
 		before := read()
 		time.Sleep(300 * time.Millisecond)
 		return read() == before
@@ -100,15 +101,15 @@ func passCounter(t *testing.T, f *lbFixture) func() uint64 {
 // start a pass only for Services with externalTrafficPolicy Local, and only
 // when the nodes holding a ready endpoint change.
 func TestEndpointSliceUpdatesThatChangeNothingStartNoPass(t *testing.T) {
-	a, b := testNodes[0].name, testNodes[1].name
-	f := newLBFixture(t, "10.0.0.10-10.0.0.12", lbService("local", localPolicy), lbService("cluster"),
-		endpointSlice("local", map[string]bool{a: true}), endpointSlice("cluster", map[string]bool{a: true})).start()
-	f.mustEnsure(lbService("local", localPolicy))
-	f.mustEnsure(lbService("cluster"))
+	a, b := testNodes[0].Name, testNodes[1].Name
+	f := newFixture(t, "10.0.0.10-10.0.0.12", lbtest.Service("local", lbtest.LocalPolicy), lbtest.Service("cluster"),
+		lbtest.EndpointSlice("local", map[string]bool{a: true}), lbtest.EndpointSlice("cluster", map[string]bool{a: true})).start()
+	f.mustEnsure(lbtest.Service("local", lbtest.LocalPolicy))
+	f.mustEnsure(lbtest.Service("cluster"))
 	passes := passCounter(t, f)
 	update := func(svc string, ready map[string]bool) {
 		t.Helper()
-		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, endpointSlice(svc, ready), metav1.UpdateOptions{}); err != nil {
+		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, lbtest.EndpointSlice(svc, ready), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -119,5 +120,5 @@ func TestEndpointSliceUpdatesThatChangeNothingStartNoPass(t *testing.T) {
 		t.Errorf("EndpointSlice updates that change no Local Service's ready nodes started %d passes, want 0", n)
 	}
 	update("local", map[string]bool{a: true, b: true})
-	f.waitFor("a pass for a new ready node of a Local Service", func() bool { return passes() > 0 })
+	f.WaitFor("a pass for a new ready node of a Local Service", func() bool { return passes() > 0 })
 }

@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"time"
@@ -33,9 +33,10 @@ func readyHeartbeat(n *v1.Node) time.Time { return readyCondition(n).LastHeartbe
 // the clock of whoever changed it (for Unknown, kube-controller-manager's).
 func readyChanged(n *v1.Node) time.Time { return readyCondition(n).LastTransitionTime.Time }
 
-// readyReport identifies the Node's last Ready report (status and
-// heartbeat, compared as values, never against a clock).
-func readyReport(n *v1.Node) string {
+// ReadyReport identifies the Node's last Ready report (status and
+// heartbeat, compared as values, never against a clock): a new report is
+// a new value, whatever the clocks.
+func ReadyReport(n *v1.Node) string {
 	c := readyCondition(n)
 	if c.Type == "" {
 		return ""

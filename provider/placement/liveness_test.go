@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 // A guest is lost after lostAfterMisses rounds in a row without an answer
@@ -103,10 +105,10 @@ func TestLivenessProbeErrors(t *testing.T) {
 // Placement's liveness asks the announcer for the guest's own MAC, so that
 // another host answering for the guest's address is no answer.
 func TestPlacementProbesForTheGuestsMAC(t *testing.T) {
-	ann := newFakeAnnouncer()
-	p := newPlacement(placementConfig{ann: ann})
+	ann := lbtest.NewAnnouncer()
+	p := New(Config{Announcer: ann})
 	ip, guest := netip.MustParseAddr("10.0.0.1"), testMAC("a")
-	ann.setForeign(ip, testMAC("z"))
+	ann.SetForeign(ip, testMAC("z"))
 	p.live.watch(map[netip.Addr]net.HardwareAddr{ip: guest})
 	ctx, at := context.Background(), time.Now()
 	for range lostAfterMisses {
@@ -116,7 +118,7 @@ func TestPlacementProbesForTheGuestsMAC(t *testing.T) {
 	if !p.live.lost(ip) {
 		t.Fatalf("not lost after %d rounds answered by another MAC only", lostAfterMisses)
 	}
-	ann.setForeign(ip, guest)
+	ann.SetForeign(ip, guest)
 	p.live.round(ctx, at.Add(livenessMaxWait))
 	if p.live.lost(ip) {
 		t.Errorf("still lost after the guest's MAC answered")

@@ -1,4 +1,4 @@
-package provider
+package placement
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/labcloud/labcloud/provider/internal/lbtest"
 )
 
 func TestEndpointAgesServing(t *testing.T) {
@@ -110,23 +112,23 @@ func TestLocalEndpointWarmupHoldsNewNodes(t *testing.T) {
 	var objects []runtime.Object
 	for i := range services {
 		name := fmt.Sprintf("web-%d", i)
-		objects = append(objects, lbService(name, localPolicy), endpointSlice(name, map[string]bool{a.name: true}))
+		objects = append(objects, lbtest.Service(name, lbtest.LocalPolicy), lbtest.EndpointSlice(name, map[string]bool{a.Name: true}))
 	}
-	f := newLBFixture(t, "10.0.0.10-10.0.0.30", objects...)
-	f.lb.place.localDamping = time.Millisecond // TestLocalPolicyDampsEndpointFlaps tests it
-	f.lb.place.localWarmup = warmup
+	f := newFixture(t, "10.0.0.10-10.0.0.30", objects...)
+	f.p.localDamping = time.Millisecond // TestLocalPolicyDampsEndpointFlaps tests it
+	f.p.localWarmup = warmup
 	f.start()
 	var vips []netip.Addr
 	for i := range services {
-		vip := f.mustEnsure(lbService(fmt.Sprintf("web-%d", i), localPolicy))
-		if got := f.ann.answering(vip); got.String() != a.mac.String() {
-			t.Fatalf("%s answered by %v, want %s, the only node with an endpoint", vip, got, a.name)
+		vip := f.mustEnsure(lbtest.Service(fmt.Sprintf("web-%d", i), lbtest.LocalPolicy))
+		if got := f.ann.MAC(vip); got.String() != a.MAC.String() {
+			t.Fatalf("%s answered by %v, want %s, the only node with an endpoint", vip, got, a.Name)
 		}
 		vips = append(vips, vip)
 	}
 	onB := func() (n int) {
 		for _, vip := range vips {
-			if f.ann.answering(vip).String() == b.mac.String() {
+			if f.ann.MAC(vip).String() == b.MAC.String() {
 				n++
 			}
 		}
@@ -135,20 +137,20 @@ func TestLocalEndpointWarmupHoldsNewNodes(t *testing.T) {
 
 	gained := time.Now()
 	for i := range services {
-		es := endpointSlice(fmt.Sprintf("web-%d", i), map[string]bool{a.name: true, b.name: true})
+		es := lbtest.EndpointSlice(fmt.Sprintf("web-%d", i), map[string]bool{a.Name: true, b.Name: true})
 		if _, err := f.client.DiscoveryV1().EndpointSlices("default").Update(f.ctx, es, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for time.Since(gained) < warmup-300*time.Millisecond {
-		f.lb.place.sync(f.ctx, nil)
+		f.p.Sync(f.ctx, nil)
 		if n := onB(); n > 0 {
-			t.Fatalf("%d VIP(s) on %s %v after it gained its endpoints, within its %v warm-up", n, b.name, time.Since(gained).Round(time.Millisecond), warmup)
+			t.Fatalf("%d VIP(s) on %s %v after it gained its endpoints, within its %v warm-up", n, b.Name, time.Since(gained).Round(time.Millisecond), warmup)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	f.waitFor("a VIP on "+b.name+" once its warm-up ends", func() bool { return onB() > 0 })
+	f.WaitFor("a VIP on "+b.Name+" once its warm-up ends", func() bool { return onB() > 0 })
 	if took := time.Since(gained); took < warmup {
-		t.Errorf("a VIP went to %s %v after its endpoints, before its %v warm-up ended", b.name, took, warmup)
+		t.Errorf("a VIP went to %s %v after its endpoints, before its %v warm-up ended", b.Name, took, warmup)
 	}
 }
