@@ -176,7 +176,7 @@ bgp:
 		return err == nil && code == http.StatusOK && body == "ok", nil
 	})
 	if err != nil {
-		t.Fatalf("the unit's CCM serves no healthy /healthz within 90 s; journal:\n%s", lastLines(journal(), 40))
+		t.Fatalf("the unit's CCM serves no healthy /healthz within 90 s; journal's errors:\n%s\nlast lines:\n%s", klogErrors(journal()), lastLines(journal(), 40))
 	}
 	t.Logf("the unit's CCM serves /healthz ok %s after systemctl start", time.Since(started).Round(time.Millisecond))
 	hostname := run("hostname")
@@ -315,4 +315,15 @@ func statusField(t *testing.T, status, name string) int64 {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// klogErrors are the error lines of a klog log (E, then the date).
+func klogErrors(log string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if len(l) > 1 && l[0] == 'E' && l[1] >= '0' && l[1] <= '9' {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/labcloud/labcloud/internal/e2etest"
 	"github.com/labcloud/labcloud/lab/controlplane"
 	"github.com/labcloud/labcloud/lab/libvirtd"
+	"github.com/labcloud/labcloud/test/systemdroot"
 )
 
 const netnsEnv = "LABCLOUD_E2E_NETNS"
@@ -69,6 +70,11 @@ func run(m *testing.M) int {
 		return m.Run()
 	}
 	if os.Getenv(netnsEnv) == "" {
+		// The namespace has no way out: build the package's systemd root
+		// (TestDebUnderSystemd) here, once per package list.
+		if _, err := systemdroot.Root(context.Background(), "", nil); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: systemd root:", err)
+		}
 		return reexecInNetns()
 	}
 	code, err := setUpAndRun(m, tools)
