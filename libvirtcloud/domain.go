@@ -67,10 +67,10 @@ type Interface struct {
 	// Target is the host's device for the NIC (the tap, e.g. vnet3)
 	// while the domain runs.
 	Target string
-	// TapGone: the host saw Target deleted or leave its bridge since the
-	// definition was last read (Hypervisor.TapGone), so the NIC carries
-	// no traffic, whatever libvirt says yet.
-	TapGone bool
+	// TapGoneAt is when the host saw Target deleted or leave its bridge
+	// (Hypervisor.TapGone), so that the NIC carries no traffic, whatever
+	// libvirt says yet; zero if it did not.
+	TapGoneAt time.Time
 }
 
 // Domain is a snapshot of what the cloud provider needs to know about a

@@ -3,6 +3,7 @@ package libvirtcloud
 import (
 	"net/netip"
 	"slices"
+	"time"
 )
 
 // index holds the cached domains and the maps that find them in O(1).
@@ -12,13 +13,13 @@ type index struct {
 	byName map[string]string // name → uuid
 	byMAC  map[string]string // mac → uuid
 	// tapsGone are the targets (taps) seen to leave the bridge while
-	// their domain ran: target → uuid. A definition read afresh while
-	// libvirt still lists the target keeps the NIC marked TapGone.
-	tapsGone map[string]string
+	// their domain ran. A definition read afresh while libvirt still
+	// lists the target keeps the NIC marked (Interface.TapGoneAt).
+	tapsGone map[string]goneTap
 }
 
 func newIndex() index {
-	return index{byUUID: map[string]Domain{}, byName: map[string]string{}, byMAC: map[string]string{}, tapsGone: map[string]string{}}
+	return index{byUUID: map[string]Domain{}, byName: map[string]string{}, byMAC: map[string]string{}, tapsGone: map[string]goneTap{}}
 }
 
 // put adds or replaces d and returns the previous snapshot, if any. Its
@@ -85,41 +86,48 @@ func (x *index) byAddress(ip netip.Addr, leases map[string][]netip.Addr, agent m
 	return Domain{}, false
 }
 
-// markTapsGone returns d with the NICs whose taps are gone marked TapGone
-// (a copy of its interfaces if any changes: a Domain is a value), and
-// forgets the gone taps of d that its definition no longer names.
+// goneTap is a tap that left the bridge: its domain's UUID, and when.
+type goneTap struct {
+	uuid string
+	at   time.Time
+}
+
+// markTapsGone returns d with the NICs whose taps are gone marked (a copy
+// of its interfaces if any changes: a Domain is a value), and forgets the
+// gone taps of d that its definition no longer names.
 func (x *index) markTapsGone(d Domain) Domain {
 	named, cloned := map[string]bool{}, false
 	for i, ifc := range d.Interfaces {
-		if ifc.Target == "" || x.tapsGone[ifc.Target] != d.UUID {
+		g, gone := x.tapsGone[ifc.Target]
+		if ifc.Target == "" || !gone || g.uuid != d.UUID {
 			continue
 		}
 		named[ifc.Target] = true
-		if !ifc.TapGone {
+		if !ifc.TapGoneAt.Equal(g.at) {
 			if !cloned {
 				d.Interfaces, cloned = slices.Clone(d.Interfaces), true
 			}
-			d.Interfaces[i].TapGone = true
+			d.Interfaces[i].TapGoneAt = g.at
 		}
 	}
-	for tap, u := range x.tapsGone {
-		if u == d.UUID && !named[tap] {
+	for tap, g := range x.tapsGone {
+		if g.uuid == d.UUID && !named[tap] {
 			delete(x.tapsGone, tap)
 		}
 	}
 	return d
 }
 
-// tapGone notes that tap left the bridge and marks the running domain's
-// NIC; it returns the domain if one changed.
-func (x *index) tapGone(tap string) (Domain, bool) {
+// tapGone notes that tap left the bridge at at and marks the running
+// domain's NIC; it returns the domain if one changed.
+func (x *index) tapGone(tap string, at time.Time) (Domain, bool) {
 	for _, d := range x.byUUID {
 		if d.State.Down() {
 			continue
 		}
 		for _, ifc := range d.Interfaces {
-			if ifc.Target == tap && !ifc.TapGone {
-				x.tapsGone[tap] = d.UUID
+			if ifc.Target == tap && ifc.TapGoneAt.IsZero() {
+				x.tapsGone[tap] = goneTap{uuid: d.UUID, at: at}
 				x.put(d)
 				return x.byUUID[d.UUID], true
 			}
@@ -131,15 +139,15 @@ func (x *index) tapGone(tap string) (Domain, bool) {
 // tapBack forgets that tap left the bridge; it returns the domain whose
 // NIC it was, to be read afresh.
 func (x *index) tapBack(tap string) (uuid string, ok bool) {
-	uuid, ok = x.tapsGone[tap]
+	g, ok := x.tapsGone[tap]
 	delete(x.tapsGone, tap)
-	return uuid, ok
+	return g.uuid, ok
 }
 
 // forgetTaps forgets the gone taps of a domain that left the cache.
 func (x *index) forgetTaps(uuid string) {
-	for tap, u := range x.tapsGone {
-		if u == uuid {
+	for tap, g := range x.tapsGone {
+		if g.uuid == uuid {
 			delete(x.tapsGone, tap)
 		}
 	}

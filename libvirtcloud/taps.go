@@ -15,8 +15,8 @@ import (
 // the NIC carries no traffic, and the only one a hot-unplug gives the host.
 // Nothing else takes a running domain's tap away: a libvirtd restart keeps
 // it (QEMU holds it open), a migration removes it only once the domain runs
-// elsewhere. The NIC is marked TapGone, not forgotten: its MAC still names
-// its addresses; only the traffic is gone.
+// elsewhere. The NIC is marked (TapGoneAt), not forgotten: its MAC still
+// names its addresses; only the traffic is gone.
 
 // Tap events, beside libvirt's lifecycle events (all positive).
 const (
@@ -26,14 +26,15 @@ const (
 
 // TapGone tells the cache that the host device dev was deleted or left its
 // bridge at at: the running domain's NIC with that target is marked
-// TapGone and the change published at once, before libvirt says anything.
+// (TapGoneAt) and the change published at once, before libvirt says
+// anything.
 // Only a hypervisor on this host may be told of this host's devices.
 func (h *Hypervisor) TapGone(dev string, at time.Time) {
 	h.queueTap(rawEvent{tap: dev, event: eventTapGone, at: at})
 }
 
 // TapBack tells the cache that the host device dev is on a bridge again: a
-// domain whose NIC was marked TapGone for it is read afresh.
+// domain whose NIC was marked for it is read afresh.
 func (h *Hypervisor) TapBack(dev string) {
 	h.queueTap(rawEvent{tap: dev, event: eventTapBack, at: time.Now()})
 }
@@ -57,7 +58,7 @@ func (h *Hypervisor) applyTap(ctx context.Context, ev rawEvent) (refresh rawEven
 		h.mu.Unlock()
 		return rawEvent{uuid: uuid, event: eventDeviceChanged, at: ev.at}, back
 	}
-	d, changed := h.domains.tapGone(ev.tap)
+	d, changed := h.domains.tapGone(ev.tap, ev.at)
 	h.mu.Unlock()
 	if changed {
 		klog.FromContext(ctx).Info("A domain's tap left the bridge: its NIC carries no traffic",

@@ -94,11 +94,12 @@ var (
 		Help:           "VIPs moved from one answering node to another, by why the old node stopped answering.",
 		StabilityLevel: k8smetrics.ALPHA,
 	}, []string{"reason"})
-	// FailoverSeconds is the time from a libvirt domain event to the
+	// FailoverSeconds is the time from the first sign that a domain
+	// stopped (its tap leaving the bridge, or libvirt's event) to the
 	// first gratuitous ARP frame for a VIP moved because of it.
 	FailoverSeconds = k8smetrics.NewHistogram(&k8smetrics.HistogramOpts{
 		Namespace: namespace, Subsystem: "lb", Name: "failover_seconds",
-		Help:           "Time from a libvirt lifecycle event (domain stopped, crashed, undefined) to the first gratuitous ARP frame sent for a VIP that moved off that domain.",
+		Help:           "Time from the first sign that a domain stopped (its tap leaving the bridge, or a libvirt lifecycle event: stopped, crashed, undefined) to the first gratuitous ARP frame sent for a VIP that moved off that domain.",
 		Buckets:        k8smetrics.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms .. 4.1 s
 		StabilityLevel: k8smetrics.ALPHA,
 	})

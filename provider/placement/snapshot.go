@@ -27,7 +27,8 @@ type nodeFacts struct {
 	// clock). The cache runs from process start, so it also covers what
 	// happened while this replica waited for the leader lease.
 	lastDown time.Time
-	// downEvent is when a libvirt event took the domain down; zero if it
+	// downEvent is when a libvirt event took the domain down, or its
+	// NIC's tap left the bridge (downEvent()); zero if it
 	// runs or went down unseen by an event.
 	downEvent time.Time
 }
@@ -261,7 +262,8 @@ func (p *Placement) readNodes(ctx context.Context, snap *snapshot) bool {
 		d, err := p.domain(ctx, n)
 		switch {
 		case err == nil:
-			v.facts = nodeFacts{uuid: d.UUID, zone: d.Hypervisor, state: d.State, mac: macOn(d, p.bridgeOf(d.Hypervisor)), fresh: true, lastDown: d.LastDown, downEvent: d.DownEventAt}
+			bridge := p.bridgeOf(d.Hypervisor)
+			v.facts = nodeFacts{uuid: d.UUID, zone: d.Hypervisor, state: d.State, mac: macOn(d, bridge), fresh: true, lastDown: d.LastDown, downEvent: downEvent(d, bridge)}
 			v.known = true
 		case errors.Is(err, libvirtcloud.ErrNotFound):
 		default:
@@ -311,10 +313,25 @@ func (p *Placement) bridgeOf(zone string) string {
 	return p.bridge
 }
 
+// downEvent is the first sign that d stopped carrying traffic on bridge:
+// libvirt's event that took it down, else its NIC's tap leaving the
+// bridge; zero if neither.
+func downEvent(d libvirtcloud.Domain, bridge string) time.Time {
+	if !d.DownEventAt.IsZero() {
+		return d.DownEventAt
+	}
+	for _, i := range d.Interfaces {
+		if i.Bridge == bridge && !i.TapGoneAt.IsZero() {
+			return i.TapGoneAt
+		}
+	}
+	return time.Time{}
+}
+
 // macOn is the MAC of d's NIC on bridge, unless that NIC's tap is gone.
 func macOn(d libvirtcloud.Domain, bridge string) net.HardwareAddr {
 	for _, i := range d.Interfaces {
-		if i.Bridge != bridge || i.TapGone {
+		if i.Bridge != bridge || !i.TapGoneAt.IsZero() {
 			continue
 		}
 		if mac, err := net.ParseMAC(i.MAC); err == nil && len(mac) == len(macKey{}) {

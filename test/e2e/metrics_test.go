@@ -205,9 +205,9 @@ func TestMetricsThroughSecurePort(t *testing.T) {
 	)
 	sum, _ := sampleValue(ms, "labcloud_lb_failover_seconds_sum", nil)
 	if sum <= 0 || sum > 5 {
-		t.Errorf("failover took %vs from the libvirt event to the first gratuitous ARP, want (0, 5]", sum)
+		t.Errorf("failover took %vs from the first sign (the tap, or the libvirt event) to the first gratuitous ARP, want (0, 5]", sum)
 	}
-	t.Logf("failover: libvirt event -> first gratuitous ARP %.2f ms", sum*1000)
+	t.Logf("failover: the tap leaving the bridge -> first gratuitous ARP %.2f ms", sum*1000)
 
 	// libvirtd restarts: the CCM reconnects, and counts it.
 	env.daemon.StopLibvirtd()

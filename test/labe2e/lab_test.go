@@ -564,8 +564,10 @@ func checkBench(t *testing.T, l *labcloud) {
 		if len(r.Errors) > 0 {
 			t.Errorf("%s run: errors %v", r.Kind, r.Errors)
 		}
-		if d := r.GARPAfterEventSeconds; d == nil || *d < -0.1 || *d > 1 {
-			t.Errorf("%s run: gratuitous ARP %s after the libvirt event, want within [-0.1, 1]", r.Kind, show(d))
+		// The CCM moves the VIP when the guest's tap leaves the bridge,
+		// before libvirt's clean-up ends in its event (e2e: ~0.2 s before).
+		if d := r.GARPAfterEventSeconds; d == nil || *d < -1 || *d > 1 {
+			t.Errorf("%s run: gratuitous ARP %s after the libvirt event, want within [-1, 1]", r.Kind, show(d))
 		}
 		if r.ToNode == "" || r.ToNode == r.From {
 			t.Errorf("%s run: VIP moved from %s to %q", r.Kind, r.From, r.ToNode)
