@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -237,9 +238,12 @@ func (h *Hypervisor) apply(ctx context.Context, conn *libvirt.Connect, ev rawEve
 		fresh.DownEventAt = ev.at
 	}
 	h.domains.put(fresh)
+	fresh = h.domains.byUUID[fresh.UUID] // as put marked its gone taps
 	h.cached()
 	h.mu.Unlock()
-	if !had || prev.State != fresh.State {
+	// A definition read again after a device or a tap came back may differ
+	// in its NICs alone: placement must hear of it, not wait for a pass.
+	if !had || prev.State != fresh.State || !slices.Equal(prev.Interfaces, fresh.Interfaces) {
 		h.subs.publish(Event{Domain: fresh})
 	}
 	if wasBad {
