@@ -479,6 +479,10 @@ func TestLab(t *testing.T) {
 
 	// The package under a real systemd takes over from the lab's CCM; the
 	// checks below run against it, and it is purged at the end.
+	// A node stopped above had its pods deleted by the out-of-service
+	// taint and made again elsewhere: read the web pods again.
+	l.mustKubectl("rollout", "status", "deployment/web", "--timeout=5m")
+	podNode, _ = l.podsOf("web")
 	purge := checkInstalled(t, l, vip, podNode)
 
 	// labcloud bench, one run of each kind: every figure is seen, the
