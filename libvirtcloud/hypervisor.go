@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"libvirt.org/go/libvirt"
 
+	"github.com/labcloud/labcloud/libvirtcloud/sshtunnel"
 	"github.com/labcloud/labcloud/metrics"
 )
 
@@ -71,6 +72,12 @@ type Hypervisor struct {
 	neigh   map[string][]netip.Addr
 	neighAt time.Time
 
+	// ssh is where an ssh URI points (nil for other transports); tunnel
+	// carries the current connection over it. Only run touches tunnel.
+	ssh    *sshtunnel.Target
+	sshErr error
+	tunnel *sshtunnel.Conn
+
 	log      logr.Logger                          // for lookups, which have no context
 	after    func(time.Duration) <-chan time.Time // waits between connection attempts
 	connects int                                  // connections made; only run touches it
@@ -115,8 +122,11 @@ func newHypervisor(ctx context.Context, opts Options) *Hypervisor {
 	if opts.Neighbours == nil {
 		opts.Neighbours = func() (map[string][]netip.Addr, error) { return neighbourTable(&netlink.Handle{}) }
 	}
+	ssh, sshErr := sshtunnel.Parse(opts.URI)
 	return &Hypervisor{
 		opts:        opts,
+		ssh:         ssh,
+		sshErr:      sshErr,
 		domains:     newIndex(),
 		leases:      map[string][]netip.Addr{},
 		netFamilies: map[string]family{},
@@ -181,7 +191,7 @@ func (h *Hypervisor) run(ctx context.Context) {
 // session makes one connection and serves the cache from it until it is
 // lost or ctx ends.
 func (h *Hypervisor) session(ctx context.Context, log logr.Logger) attempt {
-	conn, callbackIDs, err := h.connect()
+	conn, callbackIDs, err := h.connect(ctx)
 	if err != nil {
 		return attempt{err: err}
 	}
@@ -205,23 +215,29 @@ const (
 	keepaliveCount    = 3
 )
 
-func (h *Hypervisor) connect() (*libvirt.Connect, []int, error) {
-	var (
-		conn *libvirt.Connect
-		err  error
-	)
+func (h *Hypervisor) connect(ctx context.Context) (*libvirt.Connect, []int, error) {
+	uri, err := h.dial(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", h.opts.URI, err)
+	}
+	var conn *libvirt.Connect
 	start := time.Now()
 	if h.opts.ReadWrite {
-		conn, err = libvirt.NewConnect(h.opts.URI)
+		conn, err = libvirt.NewConnect(uri)
 	} else {
-		conn, err = libvirt.NewConnectReadOnly(h.opts.URI)
+		conn, err = libvirt.NewConnectReadOnly(uri)
 	}
 	h.called("Connect", start)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", h.opts.URI, explainConnectError(h.opts.URI, err))
+		if h.tunnel != nil {
+			err = h.tunnel.Explain(err)
+			h.closeTunnel()
+		}
+		return nil, nil, fmt.Errorf("connect %s: %w", h.opts.URI, err)
 	}
 	fail := func(what string, err error) (*libvirt.Connect, []int, error) {
 		conn.Close()
+		h.closeTunnel()
 		return nil, nil, fmt.Errorf("%s on %s: %w", what, h.opts.URI, err)
 	}
 	// Keepalive only exists on remote connections (the test driver says
@@ -315,10 +331,36 @@ func (h *Hypervisor) disconnect(conn *libvirt.Connect, callbackIDs []int) {
 	}
 	_ = conn.UnregisterCloseCallback()
 	conn.Close()
+	h.closeTunnel()
 	// Drain a stale "lost" signal so the next connection starts clean.
 	select {
 	case <-h.lost:
 	default:
+	}
+}
+
+// dial is the URI libvirt opens: opts.URI, or for an ssh URI the
+// socket of a fresh ssh connection.
+func (h *Hypervisor) dial(ctx context.Context) (string, error) {
+	if h.sshErr != nil {
+		return "", h.sshErr
+	}
+	if h.ssh == nil {
+		return h.opts.URI, nil
+	}
+	t, err := h.ssh.Dial(ctx, !h.opts.ReadWrite)
+	if err != nil {
+		return "", err
+	}
+	h.tunnel = t
+	return t.URI, nil
+}
+
+// closeTunnel ends the ssh connection of the last dial, if any.
+func (h *Hypervisor) closeTunnel() {
+	if h.tunnel != nil {
+		h.tunnel.Close()
+		h.tunnel = nil
 	}
 }
 

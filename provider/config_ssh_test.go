@@ -22,22 +22,22 @@ func TestLoadConfigChecksSSHFiles(t *testing.T) {
 	}
 	load := func(uri string) error {
 		cfg, err := LoadConfig(strings.NewReader("host: kvm1\nhypervisors: [{uri: 'qemu:///system'}, {uri: '" + uri + "'}]"))
-		if err != nil && !strings.HasPrefix(uri, "qemu+ssh:") {
+		if err != nil {
 			t.Errorf("%s: the config does not load (withdraw could not run): %v", uri, err)
 			return err
 		}
 		return errors.Join(err, cfg.CheckHypervisorFiles())
 	}
-	ok := "qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + known
+	ok := "qemu+ssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + known
 	if err := load(ok); err != nil {
 		t.Fatalf("%s: %v", ok, err)
 	}
 	missing := filepath.Join(dir, "missing")
 	for uri, want := range map[string][]string{
-		"qemu+libssh://ccm@kvm2/system?keyfile=" + missing + "&known_hosts=" + known: {"hypervisors[1].uri", "keyfile " + missing},
-		"qemu+libssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + missing:   {"hypervisors[1].uri", "known_hosts " + missing},
-		"qemu+libssh://ccm@kvm2/system?keyfile=" + key:                               {"hypervisors[1].uri", "known_hosts="},
-		"qemu+ssh://ccm@kvm2/system?keyfile=" + key:                                  {"hypervisors[1].uri", "qemu+libssh://"},
+		"qemu+ssh://ccm@kvm2/system?keyfile=" + missing + "&known_hosts=" + known: {"hypervisors[1].uri", "keyfile " + missing},
+		"qemu+ssh://ccm@kvm2/system?keyfile=" + key + "&known_hosts=" + missing:   {"hypervisors[1].uri", "known_hosts " + missing},
+		"qemu+ssh://ccm@kvm2/system?keyfile=" + key:                               {"hypervisors[1].uri", "known_hosts="},
+		"qemu+ssh://ccm@kvm2/system?keyfile=" + key:                               {"hypervisors[1].uri", "qemu+ssh://"},
 	} {
 		err := load(uri)
 		for _, w := range want {

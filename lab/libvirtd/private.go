@@ -29,7 +29,7 @@ type Private struct {
 	Root  string // its directories; a short path, for the socket's sake
 	Netns string
 	// SSH runs an sshd on port 22 beside libvirtd, in its mount and
-	// network namespaces: a qemu+libssh:// client reaches this libvirtd
+	// network namespaces: a qemu+ssh:// client reaches this libvirtd
 	// at libvirt's usual socket, as it reaches another host's. Root logs
 	// in with a key GrantSSH made.
 	SSH bool

@@ -42,10 +42,10 @@ func keygen(path string) error {
 }
 
 // SSHURI is the read-only CCM's URI of the libvirtd at addr (a host name
-// or IPv4 address), reached over ssh as root with libvirt's libssh
-// transport, with the key and known_hosts at the paths given.
+// or IPv4 address), reached over ssh as root with the key and known_hosts
+// at the paths given.
 func SSHURI(addr, keyfile, knownHosts string) string {
-	return "qemu+libssh://root@" + addr + "/system?keyfile=" + keyfile + "&known_hosts=" + knownHosts
+	return "qemu+ssh://root@" + addr + "/system?keyfile=" + keyfile + "&known_hosts=" + knownHosts
 }
 
 // authorizedCCM restricts a CCM's key to what it needs, as

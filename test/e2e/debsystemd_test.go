@@ -46,7 +46,7 @@ const unitWatchdog = 10 * time.Second
 // The CCM then does everything its sandbox must allow: libvirt through
 // cgo (a Node initialized), netlink (its pod-CIDR route), packet sockets
 // (its VIP answered by ARP), BGP with TCP MD5 and BFD (the route at FRR),
-// a second hypervisor host over ssh (libssh, with the key and known_hosts
+// a second hypervisor host over ssh (qemu+ssh://, with the key and known_hosts
 // in the unit's directory; without the known_hosts the CCM does not start
 // and names it), the watchdog fed through the notify socket. The test reports the unit's
 // exposure score, the CCM's peak memory and threads against MemoryMax and
@@ -222,7 +222,7 @@ bgp:
 	if err != nil {
 		t.Errorf("/metrics lacks %q: the CCM did not read %s's domains over ssh; journal:\n%s", strings.TrimSpace(cached), sshHostZone, grepLines(journal(), sshHostAddr))
 	} else {
-		t.Logf("under systemd: %s's domain cached over ssh (qemu+libssh://, key and known_hosts in %s)", sshHostZone, examples.ConfigDir)
+		t.Logf("under systemd: %s's domain cached over ssh (qemu+ssh://, key and known_hosts in %s)", sshHostZone, examples.ConfigDir)
 	}
 
 	// process_start_time_seconds reads /proc/stat, which ProcSubset=pid

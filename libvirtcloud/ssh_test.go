@@ -2,6 +2,7 @@ package libvirtcloud
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,11 +21,13 @@ import (
 // front of a real libvirtd, another host in a network namespace the test
 // makes, and the key and known_hosts in a directory standing for
 // /etc/libvirt-cloud-controller-manager, made as docs/several-hosts.md
-// says (ssh-keygen, ssh-keyscan). The CCM's connection over
-// qemu+libssh:// caches the remote's domain; a missing key, a missing
-// known_hosts, a host key that differs from the one known and a host not
-// known each fail, naming the file or the host.
-func TestLibsshHypervisor(t *testing.T) {
+// says (ssh-keygen, ssh-keyscan). The CCM's connection over qemu+ssh://
+// (its own ssh client, a socket for libvirt) caches the remote's domain;
+// a missing key, a missing known_hosts, a host key that differs from the
+// one known, a host not known, a key the host refuses and a far side that
+// cannot run libvirt's helper each fail, naming the file, the host or what
+// the far side said.
+func TestSSHHypervisor(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network and mount namespaces")
 	}
@@ -97,6 +100,24 @@ func TestLibsshHypervisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherKey := strings.Join(strings.Fields(string(otherPub))[:2], " ")
+	// A key the host runs something else for, as a far side without
+	// libvirt's helper would.
+	broken := filepath.Join(etc, "broken")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", broken).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	brokenPub, err := os.ReadFile(broken + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(remote.Root, "authorized_keys"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteString(`restrict,command="echo no-helper-here >&2; exit 127" ` + string(brokenPub))
+	if err := errors.Join(err, f.Close()); err != nil {
+		t.Fatal(err)
+	}
 	changed, unknown := filepath.Join(etc, "known_hosts.changed"), filepath.Join(etc, "known_hosts.unknown")
 	for f, line := range map[string]string{changed: addr + " " + otherKey, unknown: "192.0.2.1 " + otherKey} {
 		if err := os.WriteFile(f, []byte(line+"\n"), 0o600); err != nil {
@@ -112,6 +133,8 @@ func TestLibsshHypervisor(t *testing.T) {
 		{"missing known_hosts", libvirtd.SSHURI(addr, keyfile, missing), []string{"known_hosts " + missing}, []string{missing, addr}},
 		{"host key differs", libvirtd.SSHURI(addr, keyfile, changed), nil, []string{"differs", addr + ":22", changed}},
 		{"host not known", libvirtd.SSHURI(addr, keyfile, unknown), nil, []string{unknown, addr, "ssh-keyscan " + addr}},
+		{"key refused", libvirtd.SSHURI(addr, other, known), nil, []string{"root@" + addr + ":22", "unable to authenticate"}},
+		{"far side fails", libvirtd.SSHURI(addr, broken, known), nil, []string{"root@" + addr + ":22", "no-helper-here"}},
 	} {
 		err := CheckTransport(tt.uri)
 		for _, w := range tt.check {
@@ -142,6 +165,6 @@ func TestLibsshHypervisor(t *testing.T) {
 // opens its socket on the calling thread.
 func connectIn(t *testing.T, name string, h *Hypervisor) (conn *libvirt.Connect, ids []int, err error) {
 	t.Helper()
-	nstest.InNamed(t, name, func() { conn, ids, err = h.connect() })
+	nstest.InNamed(t, name, func() { conn, ids, err = h.connect(t.Context()) })
 	return conn, ids, err
 }
