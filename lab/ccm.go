@@ -32,7 +32,7 @@ import (
 )
 
 // labCloudConfig is the cloud config of host self's CCM replica in the
-// full lab: every host's libvirtd (its zone and bridge), the lab's
+// full lab: every host's libvirtd (its zone and bridge; Host.ccmURI), the lab's
 // network, routes and load balancers on self's bridge, with a VIP pool in
 // the bridge's subnet of each of the cluster's families (in a routed lab,
 // one routed to the nodes over BGP), and BGP to the LAN router when it
@@ -43,7 +43,7 @@ func labCloudConfig(a addressing, router bool, hosts []Host, self Host) provider
 	cfg.Host = self.Name
 	cfg.Hypervisors = nil
 	for _, h := range hosts {
-		cfg.Hypervisors = append(cfg.Hypervisors, provider.HypervisorConfig{URI: h.URI, Zone: h.Name, Host: h.Name, Bridge: Bridge})
+		cfg.Hypervisors = append(cfg.Hypervisors, provider.HypervisorConfig{URI: h.ccmURI(self), Zone: h.Name, Host: h.Name, Bridge: Bridge})
 	}
 	cfg.Networks = []string{NetworkName}
 	cfg.Routes.Bridge = Bridge
@@ -71,6 +71,9 @@ func (u *upRun) startCCM(ctx context.Context, cp *controlplane.ControlPlane, cli
 		}
 		fmt.Fprintf(u.opts.Out, "           cloud config from %s\n", u.opts.CloudConfig)
 		return u.runCCM(ctx, cp, client, bin, data)
+	}
+	if err := u.grantSSH(); err != nil {
+		return err
 	}
 	data, err := marshalCloudConfig(labCloudConfig(u.st.addressing(), u.st.Router, u.st.Hosts, u.st.Hosts[0]))
 	if err != nil {

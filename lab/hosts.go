@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,6 +40,10 @@ type Host struct {
 	// the LAN.
 	Uplink string `json:"uplink,omitempty"`
 	URI    string `json:"uri"` // its libvirtd, from any namespace
+	// SSHURI is how the first host's CCM reaches a host other than the
+	// first: over ssh, as one hypervisor host reaches another
+	// (docs/several-hosts.md). grantSSH sets it.
+	SSHURI string `json:"sshURI,omitempty"`
 	// Pids are the daemons of a host other than the first (its libvirtd
 	// under tini, the CCM replica); the first's are in State.Pids.
 	Pids map[string]int `json:"pids,omitempty"`
@@ -84,10 +90,50 @@ func routeHosts(hosts []Host, a Addressing) {
 // else its bridge on the LAN.
 func (h Host) lanAddress() string { return cmp.Or(h.Uplink, h.Address) }
 
-// private is the libvirtd of a host other than the first: its directories
-// under /run (short, for the socket's path), one set per state directory.
+// private is the libvirtd of a host other than the first, with its sshd:
+// its directories under /run (short, for the socket's path), one set per
+// state directory.
 func (h Host) private(stateDir string) libvirtd.Private {
-	return libvirtd.Private{Root: runDir(stateDir, fmt.Sprintf("host%d", h.Index)), Netns: h.Netns}
+	return libvirtd.Private{Root: runDir(stateDir, fmt.Sprintf("host%d", h.Index)), Netns: h.Netns, SSH: true}
+}
+
+// ccmURI is how host self's CCM reaches h: the first host's reaches every
+// other over ssh (once grantSSH ran); a replica reaches every host through
+// its libvirtd's socket.
+func (h Host) ccmURI(self Host) string {
+	if self.Index == 1 && h.SSHURI != "" {
+		return h.SSHURI
+	}
+	return h.URI
+}
+
+// sshDir holds the first host's key and known_hosts for the others, as
+// /etc/libvirt-cloud-controller-manager does on a real host.
+func sshDir(stateDir string) string { return filepath.Join(stateDir, "ssh") }
+
+// grantSSH gives the first host's CCM ssh access to every other host, as
+// docs/several-hosts.md tells an administrator to: a key their sshd
+// accepts and their host keys in known_hosts, scanned over the LAN from
+// the lab's namespace, where that CCM runs (so it runs once the LAN is
+// up). It sets each one's SSHURI.
+func (u *upRun) grantSSH() error {
+	if len(u.st.Hosts) < 2 {
+		return nil
+	}
+	dir := sshDir(u.st.Dir)
+	_ = os.RemoveAll(dir) // a previous lab's hosts had other keys
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	for i := 1; i < len(u.st.Hosts); i++ {
+		h := &u.st.Hosts[i]
+		key, known, err := h.private(u.st.Dir).GrantSSH(dir, h.lanAddress(), "")
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+		h.SSHURI = libvirtd.SSHURI(h.lanAddress(), key, known)
+	}
+	return u.st.Save()
 }
 
 // LabHosts are the lab's hosts; a state written before labs had several
@@ -202,13 +248,13 @@ func (u *upRun) startOtherHosts(ctx context.Context) error {
 		if err := u.st.CreateNetwork(*h); err != nil {
 			return fmt.Errorf("%s: %w", h.Name, err)
 		}
-		fmt.Fprintf(u.opts.Out, "           %s: namespace %s, libvirtd %s, bridge %s %s\n", h.Name, h.Netns, h.URI, Bridge, h.Address)
+		fmt.Fprintf(u.opts.Out, "           %s: namespace %s, libvirtd %s and sshd, bridge %s %s\n", h.Name, h.Netns, h.URI, Bridge, h.Address)
 	}
 	return nil
 }
 
 // stopOtherHosts removes every host but the first: guests, network, CCM
-// replica, libvirtd, namespace.
+// replica, libvirtd and sshd, namespace.
 func stopOtherHosts(st *State, out io.Writer) {
 	hosts := st.LabHosts()
 	for _, h := range hosts[1:] {

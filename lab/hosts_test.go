@@ -1,12 +1,17 @@
 package lab
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/labcloud/labcloud/lab/libvirtd"
+	"github.com/labcloud/labcloud/provider"
 )
 
 // One host is the lab as it always was; several are apart in every name
@@ -138,5 +143,54 @@ func TestRoutedHosts(t *testing.T) {
 	}
 	if len(cfg.LoadBalancer.Pools) != 1 || !strings.HasPrefix(cfg.LoadBalancer.Pools[0].Addresses[0], "10.123.240.") {
 		t.Errorf("routed pools %+v, want one off every host's subnet", cfg.LoadBalancer.Pools)
+	}
+}
+
+// The first host's CCM reaches every other host over ssh, with the key
+// and known_hosts grantSSH made; a replica reaches every host through its
+// libvirtd's socket. The first host's config loads while both files are
+// there, and not without its known_hosts.
+func TestFirstHostReachesOthersOverSSH(t *testing.T) {
+	dir := t.TempDir()
+	key, known := filepath.Join(dir, "id_ed25519"), filepath.Join(dir, "known_hosts")
+	for _, f := range []string{key, known} {
+		if err := os.WriteFile(f, []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hosts := labHosts("/var/lib/labcloud/lab", 3, Addressing{})
+	for i := 1; i < len(hosts); i++ {
+		hosts[i].SSHURI = libvirtd.SSHURI(hosts[i].Address, key, known)
+	}
+	uris := func(self Host) []string {
+		var out []string
+		for _, h := range labCloudConfig(defaults.of(IPv4), true, hosts, self).Hypervisors {
+			out = append(out, h.URI)
+		}
+		return out
+	}
+	if got, want := uris(hosts[0]), []string{labURI, hosts[1].SSHURI, hosts[2].SSHURI}; !slices.Equal(got, want) {
+		t.Errorf("the first host's CCM reaches %q, want %q", got, want)
+	}
+	if got, want := uris(hosts[1]), []string{labURI, hosts[1].URI, hosts[2].URI}; !slices.Equal(got, want) {
+		t.Errorf("the second host's replica reaches %q, want %q", got, want)
+	}
+	data, err := marshalCloudConfig(labCloudConfig(defaults.of(IPv4), true, hosts, hosts[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, "cloud-config.yaml", string(data))
+	cfg, err := provider.LoadConfigFile(path)
+	if err != nil {
+		t.Fatalf("the first host's cloud config: %v", err)
+	}
+	if err := cfg.CheckHypervisorFiles(); err != nil {
+		t.Fatalf("the first host's cloud config's files: %v", err)
+	}
+	if err := os.Remove(known); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.CheckHypervisorFiles(); err == nil || !strings.Contains(err.Error(), "known_hosts "+known) {
+		t.Errorf("without %s: %v, want an error naming it", known, err)
 	}
 }

@@ -16,7 +16,9 @@ import (
 )
 
 // TestLabHosts: a dual-stack lab of two hypervisor hosts, one guest each,
-// their bridges on one LAN with the FRR router. Each host's replica peers with
+// their bridges on one LAN with the FRR router. The first host's CCM, in
+// the unit's sandbox, reaches the second host's libvirtd over ssh (its own
+// ssh client, to the sshd in that host's namespace). Each host's replica peers with
 // the router, which learns every pod CIDR via its node, and routes its own
 // bridge; one VIP is answered by pods on both hosts; a VIP placed on the
 // second host's node is answered by that host's replica with the leader
@@ -47,6 +49,22 @@ func TestLabHosts(t *testing.T) {
 	if len(hostOf) != 2 || hostOf["lab-node-1"] == hostOf["lab-node-2"] {
 		t.Fatalf("nodes on hosts %v, want one on each", hostOf)
 	}
+
+	// The leader, the first host's CCM (checked below), found the second
+	// host's node, zone and all, over ssh: its URI for that host is
+	// qemu+ssh:// with the key and known_hosts up made as
+	// docs/several-hosts.md says, and it holds a connection to that host's
+	// sshd.
+	if want := "qemu+ssh://root@" + hosts[1].Address + "/system?keyfile="; !strings.HasPrefix(hosts[1].SSHURI, want) {
+		t.Errorf("the first host's CCM reaches %s at %q, want %s...", hosts[1].Name, hosts[1].SSHURI, want)
+	}
+	eventually(t, "the first host's CCM connected to "+hosts[1].Name+"'s sshd", 30*time.Second, time.Second, func() string {
+		out, err := exec.Command("ip", "netns", "exec", st.Netns, "ss", "-tnpH", "state", "established", "dst", hosts[1].Address, "dport", "=", ":22").CombinedOutput()
+		if want := fmt.Sprintf("pid=%d,", st.Pids[lab.CCMProcess]); err != nil || !strings.Contains(string(out), want) {
+			return fmt.Sprintf("ss: %q %v, want a connection of the CCM's (%s)", strings.TrimSpace(string(out)), err, want)
+		}
+		return ""
+	})
 
 	// Each replica peers with the router; the router routes every pod CIDR
 	// to its node.
@@ -313,7 +331,7 @@ spec:
 		}
 		return ""
 	})
-	t.Logf("VIP %s answered from %s %.2fs after %s was lost (replica, libvirtd and guests frozen: noticed by libvirt's keepalive)", lostVIP, hosts[0].Name, time.Since(killed).Seconds(), lost.Name)
+	t.Logf("VIP %s answered from %s %.2fs after %s was lost (replica, libvirtd, sshd and guests frozen: noticed by libvirt's keepalive over ssh)", lostVIP, hosts[0].Name, time.Since(killed).Seconds(), lost.Name)
 	// BFD (300 ms x 3) takes the lost host's routes out of the router.
 	eventually(t, "the router without "+lost.Name+"'s routes", time.Minute, 100*time.Millisecond, func() string {
 		for _, n := range l.status().Nodes {
