@@ -1,7 +1,8 @@
 // Command lab-node runs on every labcloud node beside kubelet and
 // kube-proxy: it writes the node's CNI configuration once
 // kube-controller-manager has allocated the Node's pod CIDRs (package
-// lab/nodecni), using kubelet's own credentials.
+// lab/nodecni), using kubelet's own credentials, and keeps the node's
+// clock on the RTC's across a snapshot's restore (package lab/nodeclock).
 package main
 
 import (
@@ -11,11 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/labcloud/labcloud/lab/nodeclock"
 	"github.com/labcloud/labcloud/lab/nodecni"
 )
 
@@ -24,9 +27,17 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "/etc/kubernetes/kubelet.conf", "kubeconfig with the node's credentials")
 	node := flag.String("node-name", "", "name of this node's Node object (default: the hostname)")
 	dir := flag.String("cni-conf-dir", "/etc/cni/net.d", "CNI configuration directory")
+	rtc := flag.String("rtc", "/dev/rtc0", "the RTC the clock follows (empty: none)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if *rtc != "" {
+		go func() {
+			if err := nodeclock.Follow(ctx, *rtc, time.Second); err != nil {
+				klog.ErrorS(err, "The clock does not follow the RTC: a restored snapshot keeps its old time")
+			}
+		}()
+	}
 	err := run(ctx, *kubeconfig, *node, *dir)
 	stop()
 	if err != nil {
