@@ -53,6 +53,8 @@ deb: build
 	mkdir -p $(BIN)/deb
 	strip -o $(BIN)/deb/libvirt-cloud-controller-manager $(BIN)/libvirt-cloud-controller-manager
 	go -C hack/pkgtools build -o $(abspath $(BIN))/nfpm-deb .
+	# One package in DIST: the guide installs dist/..._*_amd64.deb.
+	rm -f $(DIST)/libvirt-cloud-controller-manager_*_amd64.deb
 	DEB_VERSION='$(DEB_VERSION)' CCM_BIN='$(abspath $(BIN))/deb/libvirt-cloud-controller-manager' \
 		$(BIN)/nfpm-deb -f packaging/nfpm.yaml -t $(DIST)
 

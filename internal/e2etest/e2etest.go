@@ -33,6 +33,15 @@ func Make(t testing.TB, target string, vars ...string) {
 func MakeDeb(t testing.TB, dir string) string {
 	t.Helper()
 	dist := filepath.Join(dir, "dist")
+	// An earlier build, as a rebuild finds one: the guide's
+	// `apt install ./dist/..._*_amd64.deb` must match one package, or apt
+	// asks whether to go on, and a script's apt aborts.
+	if err := os.MkdirAll(dist, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "libvirt-cloud-controller-manager_0.0.1_amd64.deb"), []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	Make(t, "deb", "BIN="+filepath.Join(dir, "bin"), "DIST="+dist)
 	debs, _ := filepath.Glob(filepath.Join(dist, "*.deb"))
 	if len(debs) != 1 {
