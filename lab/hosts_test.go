@@ -55,7 +55,7 @@ func TestHostNetworks(t *testing.T) {
 	hosts := labHosts("/var/lib/labcloud/lab", 2, Addressing{})
 	leased := map[string]int{}
 	for _, h := range hosts {
-		x, err := hostNetwork(h, len(hosts), defaults.of(DualStack)).XML()
+		x, err := hostNetwork(h, len(hosts), defaults.Of(DualStack)).XML()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestRoutedHosts(t *testing.T) {
 	if hosts[0].Address != Gateway || hosts[1].Address != "10.123.2.1" || hosts[1].Uplink != "10.123.250.2" {
 		t.Fatalf("routed hosts %+v", hosts)
 	}
-	x, err := hostNetwork(hosts[1], 2, defaults.of(IPv4)).XML()
+	x, err := hostNetwork(hosts[1], 2, defaults.Of(IPv4)).XML()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestRoutedHosts(t *testing.T) {
 			t.Errorf("neighbour %d: %+v, want %s, next hops off the LAN accepted", i, nb, hosts[i].Uplink)
 		}
 	}
-	cfg := labCloudConfig(defaults.of(IPv4), true, hosts, hosts[1])
+	cfg := labCloudConfig(defaults.Of(IPv4), true, hosts, hosts[1])
 	if !cfg.BGP.AnnounceVIPs || cfg.BGP.RouterID != hosts[1].Uplink || cfg.BGP.Peers[0].Address != "10.123.250.254" {
 		t.Errorf("host 2's BGP %+v, want VIPs announced from its uplink to the router", cfg.BGP)
 	}
