@@ -21,7 +21,7 @@ func Down(dir string, out io.Writer) error {
 	var errs []error
 	if !st.Light { // a light lab has no libvirtd: qemu:///system would be someone else's
 		stopOtherHosts(st, out)
-		removeGuests(out)
+		RemoveGuests(out)
 	}
 	// The host lock goes last: every step below works on names the next
 	// lab uses too (its namespace, whose processes stopNamespace kills, its
@@ -31,7 +31,7 @@ func Down(dir string, out io.Writer) error {
 	// The forwarder, the light lab's simulator, the registry, the control
 	// plane and the CCM first, then libvirt's daemons.
 	for _, p := range []struct{ key, program string }{
-		{forwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {registryPid, "labcloud"}, {CCMProcess, CCMProcess}, {dnsPid, "coredns"},
+		{ForwarderPid, "labcloud"}, {SimulatorPid, "labcloud"}, {RegistryPid, "labcloud"}, {CCMProcess, CCMProcess}, {DNSPid, "coredns"},
 		{"kube-controller-manager", "kube-controller-manager"}, {"kube-scheduler", "kube-scheduler"},
 		{"kube-apiserver", "kube-apiserver"}, {"etcd", "etcd"}, {"libvirtd", "libvirtd"}, {"virtlogd", "virtlogd"},
 	} {
@@ -69,10 +69,10 @@ func stateOrGuess(dir string) *State {
 	return st
 }
 
-// removeGuests destroys and undefines the lab's domains and network on
+// RemoveGuests destroys and undefines the lab's domains and network on
 // the machine's libvirtd while it still runs; without it, their QEMU
 // processes are killed.
-func removeGuests(out io.Writer) {
+func RemoveGuests(out io.Writer) {
 	removeGuestsOn(labURI, out)
 	for _, pid := range host.GuestQEMUs(NodePrefix) {
 		host.Stop(pid)

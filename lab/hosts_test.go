@@ -60,7 +60,7 @@ func TestHostNetworks(t *testing.T) {
 	hosts := labHosts("/var/lib/labcloud/lab", 2, Addressing{})
 	leased := map[string]int{}
 	for _, h := range hosts {
-		x, err := hostNetwork(h, len(hosts), defaults.of(DualStack)).XML()
+		x, err := hostNetwork(h, len(hosts), defaults.Of(DualStack)).XML()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestRoutedHosts(t *testing.T) {
 	if hosts[0].Address != Gateway || hosts[1].Address != "10.123.2.1" || hosts[1].Uplink != "10.123.250.2" {
 		t.Fatalf("routed hosts %+v", hosts)
 	}
-	x, err := hostNetwork(hosts[1], 2, defaults.of(IPv4)).XML()
+	x, err := hostNetwork(hosts[1], 2, defaults.Of(IPv4)).XML()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestRoutedHosts(t *testing.T) {
 			t.Errorf("neighbour %d: %+v, want %s, next hops off the LAN accepted", i, nb, hosts[i].Uplink)
 		}
 	}
-	cfg := labCloudConfig(defaults.of(IPv4), true, hosts, hosts[1])
+	cfg := labCloudConfig(defaults.Of(IPv4), true, hosts, hosts[1])
 	if !cfg.BGP.AnnounceVIPs || cfg.BGP.RouterID != hosts[1].Uplink || cfg.BGP.Peers[0].Address != "10.123.250.254" {
 		t.Errorf("host 2's BGP %+v, want VIPs announced from its uplink to the router", cfg.BGP)
 	}
@@ -164,7 +164,7 @@ func TestFirstHostReachesOthersOverSSH(t *testing.T) {
 	}
 	uris := func(self Host) []string {
 		var out []string
-		for _, h := range labCloudConfig(defaults.of(IPv4), true, hosts, self).Hypervisors {
+		for _, h := range labCloudConfig(defaults.Of(IPv4), true, hosts, self).Hypervisors {
 			out = append(out, h.URI)
 		}
 		return out
@@ -175,7 +175,7 @@ func TestFirstHostReachesOthersOverSSH(t *testing.T) {
 	if got, want := uris(hosts[1]), []string{labURI, hosts[1].URI, hosts[2].URI}; !slices.Equal(got, want) {
 		t.Errorf("the second host's replica reaches %q, want %q", got, want)
 	}
-	data, err := marshalCloudConfig(labCloudConfig(defaults.of(IPv4), true, hosts, hosts[0]))
+	data, err := marshalCloudConfig(labCloudConfig(defaults.Of(IPv4), true, hosts, hosts[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,17 @@ import (
 	"testing"
 )
 
-// TestImportDirection: arrows point into lab, never out of it. chaos,
-// bench and conformance use lab; lab uses host, guest, relay, explain and the
-// pieces it runs, and none of them. Those know nothing of the lab.
+// TestImportDirection: arrows point into lab, never out of it. up,
+// chaos, bench and conformance use lab; lab uses host, guest, relay,
+// explain and the pieces it runs, and none of them. Those know nothing of
+// the lab. up brings a lab up and uses none of the commands that work on
+// one.
 func TestImportDirection(t *testing.T) {
 	const mod = "github.com/labcloud/labcloud/"
 	users := []string{"lab/chaos", "lab/bench", "lab/conformance"}
 	for pkg, forbidden := range map[string][]string{
-		"lab":            users,
+		"lab":            append([]string{"lab/up"}, users...),
+		"lab/up":         users,
 		"lab/host":       append([]string{"lab"}, users...),
 		"lab/kubeletsim": append([]string{"lab"}, users...),
 		"lab/guest":      append([]string{"lab"}, users...),

@@ -63,7 +63,14 @@ const (
 	ServiceCIDR   = "10.96.0.0/16"
 	ServiceCIDR6  = "fd00:10:96::/112"
 	ClusterDNS6   = "fd00:10:96::a" // kube-dns's IPv6 cluster IP (the tenth, as 10.96.0.10)
-	nodeMaskSize6 = 64
+	NodeMaskSize6 = 64              // a node's IPv6 pod CIDR
+)
+
+// The lab's cluster DNS: kube-dns's IPv4 cluster IP (kubeadm's choice in
+// 10.96.0.0/16) and the cluster's domain.
+const (
+	ClusterDNS    = "10.96.0.10"
+	ClusterDomain = "cluster.local"
 )
 
 // Addressing is where the lab's IPv4 addresses are (up --subnet,
@@ -146,9 +153,9 @@ func (a Addressing) Subnets(f IPFamily) []netip.Prefix {
 	return out
 }
 
-// addressing is what the lab's addresses are for one family, primary
-// family first in every list.
-type addressing struct {
+// Addresses are the lab's addresses for one family, primary family first
+// in every list.
+type Addresses struct {
 	Addressing
 	family IPFamily
 	// apiAddress is the bridge address the API server listens on and
@@ -161,15 +168,36 @@ type addressing struct {
 	pools        []lb.PoolConfig
 }
 
-// of is the lab's addressing for family f.
-func (a Addressing) of(f IPFamily) addressing {
+// addressing is Addresses under the name ccm.go and hosts.go use.
+type addressing = Addresses
+
+// Family is the cluster's IP family.
+func (a Addresses) Family() IPFamily { return a.family }
+
+// APIAddress is the bridge address the API server listens on.
+func (a Addresses) APIAddress() string { return a.apiAddress }
+
+// Gateways are the bridge's addresses.
+func (a Addresses) Gateways() []string { return a.gateways }
+
+// ClusterCIDRs are the pods' ranges.
+func (a Addresses) ClusterCIDRs() []string { return a.clusterCIDRs }
+
+// ServiceCIDRs are the Services' ranges.
+func (a Addresses) ServiceCIDRs() []string { return a.serviceCIDRs }
+
+// ClusterDNS are kube-dns's cluster IPs.
+func (a Addresses) ClusterDNS() []string { return a.clusterDNS }
+
+// Of is the lab's addresses for family f.
+func (a Addressing) Of(f IPFamily) Addresses {
 	f = f.orIPv4()
-	v4 := addressing{
+	v4 := Addresses{
 		apiAddress: a.Gateway(), gateways: []string{a.Gateway()}, clusterCIDRs: []string{a.ClusterCIDR()},
 		serviceCIDRs: []string{ServiceCIDR}, clusterDNS: []string{ClusterDNS},
 		pools: []lb.PoolConfig{{Name: "lab", Addresses: []string{a.VIPPool()}}},
 	}
-	v6 := addressing{
+	v6 := Addresses{
 		apiAddress: Gateway6, gateways: []string{Gateway6}, clusterCIDRs: []string{ClusterCIDR6},
 		serviceCIDRs: []string{ServiceCIDR6}, clusterDNS: []string{ClusterDNS6},
 		pools: []lb.PoolConfig{{Name: "lab-ipv6", Addresses: []string{VIPPool6}}},
@@ -179,7 +207,7 @@ func (a Addressing) of(f IPFamily) addressing {
 	case IPv6:
 		out = v6
 	case DualStack:
-		out = addressing{
+		out = Addresses{
 			apiAddress:   v4.apiAddress,
 			gateways:     append(v4.gateways, v6.gateways...),
 			clusterCIDRs: append(v4.clusterCIDRs, v6.clusterCIDRs...),
@@ -192,13 +220,13 @@ func (a Addressing) of(f IPFamily) addressing {
 	return out
 }
 
-// apiServerURL is the API server as the nodes reach it.
-func (a addressing) apiServerURL() string {
+// APIServerURL is the API server as the nodes reach it.
+func (a Addresses) APIServerURL() string {
 	return fmt.Sprintf("https://%s", netip.AddrPortFrom(netip.MustParseAddr(a.apiAddress), APIPort))
 }
 
 // network is the lab's libvirt network.
-func (a addressing) network() libvirtd.Network {
+func (a Addresses) network() libvirtd.Network {
 	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: a.octets(), DHCPFirst: dhcpFirst, DHCPLast: dhcpLast, DNS: a.Gateway()}
 	if a.family.HasIPv6() {
 		n.IPv6 = &libvirtd.IPv6Net{Address: Gateway6, Prefix: 64, DHCPFirst: dhcp6First, DHCPLast: dhcp6Last}

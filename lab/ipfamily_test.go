@@ -10,13 +10,7 @@ import (
 	"testing"
 	"time"
 
-	proxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
-	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"libvirt.org/go/libvirtxml"
-	"sigs.k8s.io/yaml"
-
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 func TestParseIPFamily(t *testing.T) {
@@ -55,7 +49,7 @@ func TestAddressingPerFamily(t *testing.T) {
 			[]string{"10.96.0.10", "fd00:10:96::a"}, []string{Gateway, Gateway6}, []string{VIPPool, VIPPool6}, "https://10.123.0.1:6443"},
 	} {
 		t.Run(string(tc.f), func(t *testing.T) {
-			a := defaults.of(tc.f)
+			a := defaults.Of(tc.f)
 			var pools []string
 			for _, p := range a.pools {
 				pools = append(pools, p.Addresses...)
@@ -64,7 +58,7 @@ func TestAddressingPerFamily(t *testing.T) {
 				!slices.Equal(a.clusterDNS, tc.dns) || !slices.Equal(a.gateways, tc.gateways) || !slices.Equal(pools, tc.pools) {
 				t.Errorf("addressing = %+v", a)
 			}
-			if got := defaults.of(tc.f).apiServerURL(); got != tc.apiURL {
+			if got := defaults.Of(tc.f).APIServerURL(); got != tc.apiURL {
 				t.Errorf("API server URL %s, want %s", got, tc.apiURL)
 			}
 			// Every DNS address is in its Service range, every pool in the
@@ -103,7 +97,7 @@ func TestNodeIPv6(t *testing.T) {
 func TestNetworkXMLPerFamily(t *testing.T) {
 	for _, f := range IPFamilies {
 		t.Run(string(f), func(t *testing.T) {
-			x, err := defaults.of(f).network().XML()
+			x, err := defaults.Of(f).network().XML()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,83 +139,12 @@ func TestNetworkXMLPerFamily(t *testing.T) {
 	}
 }
 
-// The node's files for each family: the family for lab-init, kube-dns's
-// addresses for the kubelet, the pod ranges for kube-proxy.
-func TestNodeFilesPerFamily(t *testing.T) {
-	for _, f := range IPFamilies {
-		t.Run(string(f), func(t *testing.T) {
-			files, err := nodeFiles(nodeIdentity{Name: "lab-node-1", APIServer: defaults.of(f).apiServerURL(), CAPEM: []byte("ca"),
-				KubeletToken: "k", ProxyToken: "p", Addressing: defaults.of(f)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			byPath := map[string][]byte{}
-			for _, nf := range files {
-				byPath[nf.Path] = nf.Data
-			}
-			if got := string(byPath[ipFamilyPath]); got != string(f)+"\n" {
-				t.Errorf("%s = %q", ipFamilyPath, got)
-			}
-			var kc kubeletv1beta1.KubeletConfiguration
-			if err := yaml.Unmarshal(byPath[kubeletConfigPath], &kc); err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(kc.ClusterDNS, defaults.of(f).clusterDNS) {
-				t.Errorf("kubelet clusterDNS %v, want %v", kc.ClusterDNS, defaults.of(f).clusterDNS)
-			}
-			var pc proxyv1alpha1.KubeProxyConfiguration
-			if err := yaml.Unmarshal(byPath[proxyConfigPath], &pc); err != nil {
-				t.Fatal(err)
-			}
-			if want := strings.Join(defaults.of(f).clusterCIDRs, ","); pc.ClusterCIDR != want {
-				t.Errorf("kube-proxy clusterCIDR %q, want %q", pc.ClusterCIDR, want)
-			}
-			if !strings.Contains(string(byPath[kubeletKubeconfig]), defaults.of(f).apiServerURL()) {
-				t.Errorf("kubelet kubeconfig does not name %s", defaults.of(f).apiServerURL())
-			}
-		})
-	}
-}
-
-// CoreDNS binds the bridge's address of each family; kube-dns has a
-// cluster IP and an EndpointSlice of each.
-func TestDNSPerFamily(t *testing.T) {
-	for _, f := range IPFamilies {
-		t.Run(string(f), func(t *testing.T) {
-			a := defaults.of(f)
-			if c := corefile("/kc", defaults.of(f), nil); !strings.Contains(c, "bind "+strings.Join(a.gateways, " ")+"\n") {
-				t.Errorf("Corefile binds otherwise:\n%s", c)
-			}
-			svc := kubeDNS(defaults.of(f))
-			if svc.Spec.ClusterIP != a.clusterDNS[0] || !slices.Equal(svc.Spec.ClusterIPs, a.clusterDNS) {
-				t.Errorf("kube-dns cluster IPs %s %v", svc.Spec.ClusterIP, svc.Spec.ClusterIPs)
-			}
-			if dual := svc.Spec.IPFamilyPolicy != nil && *svc.Spec.IPFamilyPolicy == v1.IPFamilyPolicyRequireDualStack; dual != (f == DualStack) {
-				t.Errorf("kube-dns ipFamilyPolicy %v", svc.Spec.IPFamilyPolicy)
-			}
-			eps := kubeDNSEndpoints(defaults.of(f))
-			if len(eps) != len(a.gateways) {
-				t.Fatalf("%d EndpointSlices, want %d", len(eps), len(a.gateways))
-			}
-			for i, s := range eps {
-				typ := discoveryv1.AddressTypeIPv4
-				if netip.MustParseAddr(a.gateways[i]).Is6() {
-					typ = discoveryv1.AddressTypeIPv6
-				}
-				if s.AddressType != typ || s.Endpoints[0].Addresses[0] != a.gateways[i] {
-					t.Errorf("slice %s: %s %v", s.Name, s.AddressType, s.Endpoints[0].Addresses)
-				}
-			}
-		})
-	}
-}
-
 // The CCM runs as shipped but with the lab's pod ranges: it routes only
 // pod CIDRs inside --cluster-cidr.
 func TestCCMClusterCIDRPerFamily(t *testing.T) {
 	shipped := []string{"--cloud-provider=libvirt", "--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16", "--configure-cloud-routes=true"}
 	for f, want := range map[IPFamily]string{IPv4: "10.244.0.0/16", IPv6: "fd00:10:244::/56", DualStack: "10.244.0.0/16,fd00:10:244::/56"} {
-		got := withClusterCIDR(shipped, strings.Join(defaults.of(f).clusterCIDRs, ","))
+		got := withClusterCIDR(shipped, strings.Join(defaults.Of(f).clusterCIDRs, ","))
 		if len(got) != len(shipped) || got[2] != "--cluster-cidr="+want || got[0] != shipped[0] || got[3] != shipped[3] {
 			t.Errorf("%s: %v", f, got)
 		}
@@ -274,7 +197,7 @@ func TestAddressingMoved(t *testing.T) {
 			if tc.opts.Subnet == "" {
 				a = Addressing{}
 			}
-			x, err := a.of(IPv4).network().XML()
+			x, err := a.Of(IPv4).network().XML()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,9 +207,9 @@ func TestAddressingMoved(t *testing.T) {
 			}
 			hosts := labHosts("/tmp/lab", 2, a)
 			routeHosts(hosts, a)
-			cfg := labCloudConfig(a.of(IPv4), true, hosts, hosts[1])
+			cfg := labCloudConfig(a.Of(IPv4), true, hosts, hosts[1])
 			got := []string{n.IPs[0].Address, n.IPs[0].DHCP.Ranges[0].Start + "-" + n.IPs[0].DHCP.Ranges[0].End,
-				a.of(IPv4).pools[0].Addresses[0], a.RouterAddr(), a.of(IPv4).clusterCIDRs[0],
+				a.Of(IPv4).pools[0].Addresses[0], a.RouterAddr(), a.Of(IPv4).clusterCIDRs[0],
 				hosts[1].Address, hosts[1].Uplink, cfg.LoadBalancer.Pools[0].Addresses[0]}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("resolved\n got %q\nwant %q", got, tc.want)

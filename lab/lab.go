@@ -1,8 +1,8 @@
 // Package lab is the simulated cloud: in a network namespace of its own it
 // runs libvirtd, a routed libvirt network, etcd, kube-apiserver,
 // kube-controller-manager and the libvirt CCM, and boots small guests that
-// run lab-node. Everything it makes is recorded in a state file so that
-// Down removes exactly that.
+// run lab-node. lab/up brings it up; everything it makes is recorded in
+// the State so that Down removes exactly that, and Status reads it.
 package lab
 
 import (
@@ -12,6 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Fixed names of the lab (its addresses are Addressing's). One lab per
@@ -75,10 +78,28 @@ type State struct {
 	Started time.Time `json:"started"`
 }
 
-// Step is one timed step of Up.
+// Step is one timed step of up (lab/up).
 type Step struct {
 	Name    string  `json:"name"`
 	Seconds float64 `json:"seconds"`
+}
+
+// FirstAnswerStep is the step that ends up: a LoadBalancer Service in
+// front of a real pod, answered through its VIP.
+const FirstAnswerStep = "first answer through a LoadBalancer VIP"
+
+// NewState is the record of a lab of opts (Validate has checked them)
+// before anything is made: its addresses and its hosts.
+func NewState(opts Options) *State {
+	st := &State{Dir: opts.Dir, Netns: Netns, Pids: map[string]int{}, Light: opts.Light, IPFamily: opts.IPFamily.orIPv4(), Addressing: opts.addressing(), InsecureRegistries: opts.InsecureRegistries, Started: time.Now()}
+	if !opts.Light {
+		st.Hosts = labHosts(opts.Dir, opts.Hosts, st.Addressing)
+		if opts.Routed {
+			st.Routed = true
+			routeHosts(st.Hosts, st.Addressing)
+		}
+	}
+	return st
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
@@ -113,8 +134,24 @@ func (s *State) Save() error {
 }
 
 // addressing is the lab's addresses of its family.
-func (s *State) addressing() addressing { return s.Addressing.of(s.IPFamily) }
+func (s *State) addressing() Addresses { return s.Addressing.Of(s.IPFamily) }
 
 // nodeName and nodeMAC give guest i (1-based) its fixed identity.
 func nodeName(i int) string { return fmt.Sprintf("%s%d", NodePrefix, i) }
 func nodeMAC(i int) string  { return fmt.Sprintf("52:54:00:7c:%02x:%02x", i>>8, i&0xff) }
+
+// Guest is guest i's (1-based) fixed identity in a full lab: its name, its
+// MAC and the host it runs on (round robin).
+func (s *State) Guest(i int) (name, mac string, on Host) {
+	return nodeName(i), nodeMAC(i), s.Hosts[hostOfGuest(i, len(s.Hosts))-1]
+}
+
+// AdminClient is a client of the lab's API server with kubeconfig.
+func AdminClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return kubernetes.NewForConfig(cfg)
+}

@@ -32,8 +32,23 @@ func replicaCloudConfig(dir, host string) string {
 func hostLibvirtdLog(dir, host string) string {
 	return filepath.Join(dir, "libvirtd-"+host+".log")
 }
-func forwarderLog(dir string) string { return filepath.Join(dir, "apiserver-forwarder.log") }
-func consoleLog(dir, node string) string {
+
+// The daemons up starts itself: their keys in State.Pids, and their logs
+// in the state directory dir.
+const (
+	DNSPid       = "coredns"
+	RegistryPid  = "registry"
+	ForwarderPid = "apiserver-forwarder"
+)
+
+// DNSLog, RegistryLog, ForwarderLog and SimulatorLog are their logs.
+func DNSLog(dir string) string       { return filepath.Join(dir, "coredns.log") }
+func RegistryLog(dir string) string  { return filepath.Join(dir, "registry.log") }
+func ForwarderLog(dir string) string { return filepath.Join(dir, "apiserver-forwarder.log") }
+func SimulatorLog(dir string) string { return filepath.Join(dir, "simulator.log") }
+
+// ConsoleLog is where guest node writes its serial console.
+func ConsoleLog(dir, node string) string {
 	return filepath.Join(dir, "nodes", node+".console")
 }
 
@@ -61,25 +76,25 @@ func LogSources(st *State) []LogSource {
 	}
 	if !st.Light {
 		out = append(out, LogSource{Component: "kube-scheduler", Path: cpLog(st.Dir, "kube-scheduler")},
-			LogSource{Component: dnsPid, Path: dnsLog(st.Dir)})
+			LogSource{Component: DNSPid, Path: DNSLog(st.Dir)})
 	}
 	out = append(out, LogSource{Component: "ccm", Aliases: []string{CCMProcess}, Path: ccmLog(st.Dir)})
 	if st.Light {
-		out = append(out, LogSource{Component: "simulator", Path: filepath.Join(st.Dir, "simulator.log")})
+		out = append(out, LogSource{Component: "simulator", Path: SimulatorLog(st.Dir)})
 	} else {
 		out = append(out,
 			LogSource{Component: "libvirtd", Path: filepath.Join(st.Dir, "libvirtd.log")},
 			LogSource{Component: "virtlogd", Path: filepath.Join(st.Dir, "virtlogd.log")},
-			LogSource{Component: registryPid, Path: registryLog(st.Dir)})
+			LogSource{Component: RegistryPid, Path: RegistryLog(st.Dir)})
 		for _, h := range st.LabHosts()[1:] {
 			out = append(out, LogSource{Component: "ccm-" + h.Name, Path: ccmReplicaLog(st.Dir, h.Name)},
 				LogSource{Component: "libvirtd-" + h.Name, Path: hostLibvirtdLog(st.Dir, h.Name)})
 		}
 	}
-	out = append(out, LogSource{Component: forwarderPid, Path: forwarderLog(st.Dir)})
+	out = append(out, LogSource{Component: ForwarderPid, Path: ForwarderLog(st.Dir)})
 	if !st.Light {
 		for _, n := range st.Nodes {
-			out = append(out, LogSource{Component: n, Path: consoleLog(st.Dir, n)})
+			out = append(out, LogSource{Component: n, Path: ConsoleLog(st.Dir, n)})
 		}
 	}
 	return out

@@ -229,8 +229,8 @@ func (o Options) checkAddressing() []error {
 	return errs
 }
 
-// waitFor is how long up waits for n nodes.
-func (o Options) waitFor(n int) time.Duration {
+// WaitFor is how long up waits for n nodes.
+func (o Options) WaitFor(n int) time.Duration {
 	switch {
 	case o.Wait > 0:
 		return o.Wait
@@ -306,21 +306,6 @@ func ParseCCMFlags(ctx context.Context, bin string, flags []string) error {
 		return &FlagError{"--ccm-flag", strings.Join(flags, " "), fmt.Sprintf("%s refuses it: %s (%v)", filepath.Base(bin), why, err)}
 	}
 	return nil
-}
-
-// FindCCMBinary returns the CCM binary up would run when one is already
-// built (next to this executable, or in the cache), without building it.
-func FindCCMBinary() (string, bool) {
-	var dirs []string
-	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Dir(exe))
-	}
-	for _, d := range append(dirs, filepath.Join(CacheDir(), "bin")) {
-		if p := filepath.Join(d, "libvirt-cloud-controller-manager"); isFile(p) {
-			return p, true
-		}
-	}
-	return "", false
 }
 
 // LoadLabCloudConfig reads a custom cloud config for the full lab on a's

@@ -137,8 +137,8 @@ func TestWaitFor(t *testing.T) {
 		{Options{Light: true}, 1000, 3*time.Minute + 100*time.Second},
 		{Options{Light: true, Wait: 10 * time.Second}, 1000, 10 * time.Second},
 	} {
-		if got := tt.o.waitFor(tt.n); got != tt.want {
-			t.Errorf("%+v.waitFor(%d) = %s, want %s", tt.o, tt.n, got, tt.want)
+		if got := tt.o.WaitFor(tt.n); got != tt.want {
+			t.Errorf("%+v.WaitFor(%d) = %s, want %s", tt.o, tt.n, got, tt.want)
 		}
 	}
 }
@@ -151,11 +151,11 @@ func TestLabCloudConfigsLoad(t *testing.T) {
 	configs := map[string]provider.Config{"light": lightCloudConfig(st)}
 	one := labHosts(st.Dir, 1, Addressing{})
 	for _, f := range IPFamilies {
-		configs["full-"+string(f)] = labCloudConfig(defaults.of(f), true, one, one[0])
+		configs["full-"+string(f)] = labCloudConfig(defaults.Of(f), true, one, one[0])
 	}
 	three := labHosts(st.Dir, 3, Addressing{})
 	for _, h := range three {
-		configs["hosts-"+h.Name] = labCloudConfig(defaults.of(IPv4), true, three, h)
+		configs["hosts-"+h.Name] = labCloudConfig(defaults.Of(IPv4), true, three, h)
 	}
 	for name, cfg := range configs {
 		data, err := marshalCloudConfig(cfg)
@@ -216,7 +216,7 @@ func TestParseCCMFlags(t *testing.T) {
 	// The real CCM, when make build has made it.
 	_, file, _, _ := runtime.Caller(0)
 	real := filepath.Join(filepath.Dir(file), "..", "bin", "libvirt-cloud-controller-manager")
-	if !isFile(real) {
+	if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() {
 		t.Skipf("no %s (make build): checked the stand-in only", real)
 	}
 	if err := ParseCCMFlags(ctx, real, []string{"--v=4", "--concurrent-node-syncs=3"}); err != nil {

@@ -2,7 +2,6 @@ package lab
 
 import (
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -36,40 +35,5 @@ func TestUplinkPlan(t *testing.T) {
 				t.Errorf("IPv6 %t, want %t", got, !got)
 			}
 		})
-	}
-}
-
-func TestHostResolvers(t *testing.T) {
-	const resolved = "nameserver 192.0.2.53\nnameserver 2001:db8::53\nsearch example.org\n"
-	for _, tc := range []struct {
-		name               string
-		conf, resolvedConf string
-		want               []string
-	}{
-		{"plain resolv.conf", "# generated\nsearch lan\nnameserver 192.0.2.1\nnameserver 198.51.100.1 # second\n", resolved, []string{"192.0.2.1", "198.51.100.1"}},
-		{"systemd-resolved's stub: its upstreams", "nameserver 127.0.0.53\noptions edns0 trust-ad\n", resolved, []string{"192.0.2.53"}},
-		{"loopback ones are left out", "nameserver 127.0.0.1\nnameserver 192.0.2.1\n", resolved, []string{"192.0.2.1"}},
-		{"IPv6 only: unreachable from the lab", "nameserver 2001:db8::1\nnameserver ::1\n", "", nil},
-		{"stub and no resolved file", "nameserver 127.0.0.53\n", "", nil},
-		{"nothing", "", "", nil},
-		{"malformed lines", "nameserver\nnameserver not-an-ip\nnameserver 0.0.0.0\n", "", nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := hostResolvers([]byte(tc.conf), []byte(tc.resolvedConf)); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("hostResolvers = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestCorefileForwards(t *testing.T) {
-	c := corefile("/kc", defaults.of(IPv4), []string{"192.0.2.1", "192.0.2.2"})
-	for _, want := range []string{"hosts /etc/hosts {\n        fallthrough\n    }", "forward . 192.0.2.1 192.0.2.2\n"} {
-		if !strings.Contains(c, want) {
-			t.Errorf("Corefile lacks %q:\n%s", want, c)
-		}
-	}
-	if c := corefile("/kc", defaults.of(IPv4), nil); strings.Contains(c, "forward") {
-		t.Errorf("Corefile with no upstream forwards:\n%s", c)
 	}
 }

@@ -163,7 +163,7 @@ func GetStatus(ctx context.Context, st *State) (*Status, error) {
 		if d, ok := domains[n.Name]; ok {
 			ns.Domain, ns.DomainState, ns.MAC = n.Name, d.State, d.MAC
 		}
-		ns.PodCIDRs = podCIDRs(&n)
+		ns.PodCIDRs = PodCIDRs(&n)
 		var rs []string
 		for _, c := range ns.PodCIDRs {
 			if gw, ok := routes[c]; ok {
@@ -300,6 +300,17 @@ func routerRoutes(rib map[netip.Prefix]frr.Route, cidrs []string) string {
 		}
 	}
 	return strings.Join(rs, "; ")
+}
+
+// PodCIDRs are a Node's pod CIDRs, one per family.
+func PodCIDRs(n *v1.Node) []string {
+	if len(n.Spec.PodCIDRs) > 0 {
+		return n.Spec.PodCIDRs
+	}
+	if n.Spec.PodCIDR != "" {
+		return []string{n.Spec.PodCIDR}
+	}
+	return nil
 }
 
 func dash(s string) string {

@@ -24,6 +24,7 @@ import (
 	"github.com/labcloud/labcloud/lab/kubeletsim"
 	"github.com/labcloud/labcloud/lab/libvirtd"
 	"github.com/labcloud/labcloud/lab/relay"
+	"github.com/labcloud/labcloud/lab/up"
 	"github.com/labcloud/labcloud/version"
 )
 
@@ -137,7 +138,7 @@ func upCmd(dir *string) *cobra.Command {
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			if bin, ok := lab.FindCCMBinary(); ok {
+			if bin, ok := up.FindCCMBinary(); ok {
 				if err := lab.ParseCCMFlags(cmd.Context(), bin, opts.CCMFlags); err != nil {
 					return err
 				}
@@ -155,9 +156,9 @@ func upCmd(dir *string) *cobra.Command {
 				}
 				var err error
 				if opts.Light {
-					_, err = lab.UpLight(cmd.Context(), opts)
+					_, err = up.Light(cmd.Context(), opts)
 				} else {
-					_, err = lab.Up(cmd.Context(), opts)
+					_, err = up.Full(cmd.Context(), opts)
 				}
 				return err
 			}
@@ -221,7 +222,7 @@ func upCmd(dir *string) *cobra.Command {
 			// Here, in the host's namespace, the forwarder is checked end to end.
 			st, err := lab.LoadState(*dir)
 			if err == nil {
-				err = lab.CheckHostAPIServer(cmd.Context(), st)
+				err = up.CheckHostAPIServer(cmd.Context(), st)
 			}
 			if err != nil {
 				afterFailedUp(cmd.Context(), cmd.ErrOrStderr(), *dir, failureLogs, keep)

@@ -1,4 +1,4 @@
-package lab
+package up
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/explain"
 )
 
@@ -40,7 +41,7 @@ func judgeLabNode(name string, n *v1.Node, wantCIDRs int, routes map[string]stri
 	p.registered = true
 	p.notReady = explain.NodeNotReady(n)
 	p.initialized = n.Spec.ProviderID != ""
-	p.podCIDRs = podCIDRs(n)
+	p.podCIDRs = lab.PodCIDRs(n)
 	for _, c := range p.podCIDRs {
 		if _, ok := routes[c]; !ok {
 			p.unrouted = append(p.unrouted, c)

@@ -1,4 +1,4 @@
-package lab
+package up
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/controlplane"
 	"github.com/labcloud/labcloud/lab/relay"
 )
@@ -28,58 +29,59 @@ import (
 // namespace. No setns, no second process on the host. The API server's
 // certificate names 127.0.0.1, so the host kubeconfig keeps the lab's CA.
 
-// forwarderPid is the forwarder's key in State.Pids.
-const forwarderPid = "apiserver-forwarder"
+// Forwarder starts `labcloud forward` as a daemon in this (the lab's)
+// namespace with the host's listening socket (Options.HostListener), and
+// writes the host kubeconfig.
+type Forwarder struct {
+	Cluster *Cluster // the API server and its admin kubeconfig
+}
 
-// startForwarder starts `labcloud forward` as a daemon in this (the lab's)
-// namespace with the host's listening socket, waits until the API server
-// answers through it, and writes the host kubeconfig.
-func (u *upRun) startForwarder(ctx context.Context) error {
-	l := u.opts.HostListener
-	addr, err := relay.Addr(l)
+func (a *Forwarder) Execute(_ context.Context, env *Env) error {
+	st, cp := env.State, a.Cluster.CP
+	addr, err := relay.Addr(env.Opts.HostListener)
 	if err != nil {
 		return err
 	}
-	target, err := url.Parse(u.st.APIServer)
+	target, err := url.Parse(cp.URL)
 	if err != nil {
-		return fmt.Errorf("API server URL %q: %w", u.st.APIServer, err)
+		return fmt.Errorf("API server URL %q: %w", cp.URL, err)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the labcloud binary for the forwarder: %w", err)
 	}
 	cmd := exec.Command(self, "forward", "--listen-fd=3", "--to", target.Host)
-	cmd.ExtraFiles = []*os.File{l}
-	p, err := controlplane.StartDaemonCommand(forwarderLog(u.st.Dir), cmd)
+	cmd.ExtraFiles = []*os.File{env.Opts.HostListener}
+	p, err := controlplane.StartDaemonCommand(lab.ForwarderLog(st.Dir), cmd)
 	if err != nil {
 		return err
 	}
-	u.st.Pids[forwarderPid] = p.Pid()
+	st.Pids[lab.ForwarderPid] = p.Pid()
 	server := "https://" + addr
-	kc := filepath.Join(u.st.Dir, "kubeconfig")
-	if err := writeHostKubeconfig(u.st.Kubeconfig, kc, server); err != nil {
+	kc := filepath.Join(st.Dir, "kubeconfig")
+	if err := writeHostKubeconfig(cp.AdminKube, kc, server); err != nil {
 		return err
 	}
-	u.st.HostKubeconfig, u.st.HostAPIServer = kc, server
+	st.HostKubeconfig, st.HostAPIServer = kc, server
 	// The host's loopback cannot be dialled from here (the lab's
 	// namespace): CheckHostAPIServer, run by up on the host, checks the
 	// forwarder end to end.
 	if p.Exited() {
 		return fmt.Errorf("the API server forwarder exited:\n%s", p.Tail(10))
 	}
-	fmt.Fprintf(u.opts.Out, "           API server on the host at %s (kubeconfig %s)\n", server, kc)
+	env.say("API server on the host at %s (kubeconfig %s)", server, kc)
 	return nil
 }
 
 // CheckHostAPIServer waits until the lab's API server answers /readyz
 // through the forwarder on the host's loopback. Run it in the host's
 // namespace.
-func CheckHostAPIServer(ctx context.Context, st *State) error {
+func CheckHostAPIServer(ctx context.Context, st *lab.State) error {
 	if st.HostKubeconfig == "" {
 		return nil // a lab from before the forwarder
 	}
 	if err := waitReadyz(ctx, st.HostKubeconfig, 15*time.Second); err != nil {
-		return fmt.Errorf("the API server through %s (the host's loopback): %w; see labcloud logs %s", st.HostAPIServer, err, forwarderPid)
+		return fmt.Errorf("the API server through %s (the host's loopback): %w; see labcloud logs %s", st.HostAPIServer, err, lab.ForwarderPid)
 	}
 	return nil
 }

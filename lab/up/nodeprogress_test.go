@@ -1,4 +1,4 @@
-package lab
+package up
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lab"
 )
 
 // labNode is a Node of the lab for judgeLab's table: Ready, initialized,
@@ -183,7 +185,8 @@ func TestLabTimeoutError(t *testing.T) {
 func TestFormatLacksIsBounded(t *testing.T) {
 	var nodes []nodeLacks
 	for i := range 25 {
-		nodes = append(nodes, nodeLacks{node: lightNodeName(i+1, 25), lacks: []string{"not registered"}})
+		name, _ := lab.LightNode(i+1, 25)
+		nodes = append(nodes, nodeLacks{node: name, lacks: []string{"not registered"}})
 	}
 	got := formatLacks(nodes)
 	if lines := strings.Count(got, "\n"); lines != maxLacksLines+1 {

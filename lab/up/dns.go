@@ -1,4 +1,4 @@
-package lab
+package up
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/controlplane"
 )
 
@@ -29,14 +29,15 @@ import (
 // Service's cluster IPs, and that Service's endpoints are the bridge's
 // addresses (one of each of the cluster's families), so kube-proxy carries
 // the queries there.
-const (
-	ClusterDNS    = "10.96.0.10" // kube-dns's cluster IP (kubeadm's choice in 10.96.0.0/16)
-	ClusterDomain = "cluster.local"
-	dnsPid        = "coredns" // its key in State.Pids
-	dnsUser       = "labcloud:coredns"
-)
+const dnsUser = "labcloud:coredns"
 
-func dnsLog(dir string) string { return filepath.Join(dir, "coredns.log") }
+// DNS runs CoreDNS with its own token and read-only RBAC, publishes it as
+// kube-dns, and waits until it answers for the API server's Service.
+type DNS struct {
+	Tools       *Tools       // coredns
+	Credentials *Credentials // CoreDNS's token, in the API server's token file
+	Cluster     *Cluster
+}
 
 // corefile serves the cluster's Service names (and reverse lookups of
 // their addresses) from the API server, on the bridge's addresses only.
@@ -44,7 +45,7 @@ func dnsLog(dir string) string { return filepath.Join(dir, "coredns.log") }
 // filesystem), then every other name is forwarded to the host's
 // resolvers (upstreams, reached through the uplink); with none, other
 // names get no answer.
-func corefile(kubeconfig string, a addressing, upstreams []string) string {
+func corefile(kubeconfig string, a lab.Addresses, upstreams []string) string {
 	forward := ""
 	if len(upstreams) > 0 {
 		forward = "\n    forward . " + strings.Join(upstreams, " ")
@@ -63,7 +64,7 @@ func corefile(kubeconfig string, a addressing, upstreams []string) string {
     cache 30
     loadbalance
 }
-`, strings.Join(a.gateways, " "), ClusterDomain, kubeconfig, forward)
+`, strings.Join(a.Gateways(), " "), lab.ClusterDomain, kubeconfig, forward)
 }
 
 // The host's resolver configurations: resolv.conf and, where it names
@@ -119,16 +120,16 @@ func dnsRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
 // kubeDNS is kubeadm's kube-dns Service, without a selector: its endpoints
 // are the lab's CoreDNS on the bridge's addresses (kubeDNSEndpoints), with
 // a cluster IP of each of the cluster's families, primary first.
-func kubeDNS(a addressing) *v1.Service {
+func kubeDNS(a lab.Addresses) *v1.Service {
 	ports := []v1.ServicePort{
 		{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
 		{Name: "dns-tcp", Protocol: v1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(53)},
 	}
 	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}},
-		Spec:       v1.ServiceSpec{ClusterIP: a.clusterDNS[0], ClusterIPs: a.clusterDNS, Ports: ports},
+		Spec:       v1.ServiceSpec{ClusterIP: a.ClusterDNS()[0], ClusterIPs: a.ClusterDNS(), Ports: ports},
 	}
-	if len(a.clusterDNS) > 1 {
+	if len(a.ClusterDNS()) > 1 {
 		svc.Spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyRequireDualStack)
 	}
 	return svc
@@ -136,9 +137,9 @@ func kubeDNS(a addressing) *v1.Service {
 
 // kubeDNSEndpoints are kube-dns's EndpointSlices, one per family: the
 // bridge's address of that family.
-func kubeDNSEndpoints(a addressing) []*discoveryv1.EndpointSlice {
+func kubeDNSEndpoints(a lab.Addresses) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
-	for _, gw := range a.gateways {
+	for _, gw := range a.Gateways() {
 		name, typ := "kube-dns-lab", discoveryv1.AddressTypeIPv4
 		if netip.MustParseAddr(gw).Is6() {
 			name, typ = "kube-dns-lab-ipv6", discoveryv1.AddressTypeIPv6
@@ -159,11 +160,9 @@ func kubeDNSEndpoints(a addressing) []*discoveryv1.EndpointSlice {
 	return out
 }
 
-// startDNS runs CoreDNS with its own token (dnsToken, in the API server's
-// token file) and read-only RBAC, publishes it as kube-dns, and waits until
-// it answers for the API server's Service.
-func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, client kubernetes.Interface) error {
-	bin := filepath.Join(u.st.Tools, "coredns")
+func (a *DNS) Execute(ctx context.Context, env *Env) error {
+	st, cp, client := env.State, a.Cluster.CP, a.Cluster.Client
+	bin := filepath.Join(a.Tools.Dir, "coredns")
 	if !isFile(bin) {
 		return fmt.Errorf("%s missing: run make tools (hack/build-tools.sh)", bin)
 	}
@@ -174,30 +173,30 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("cluster role binding %s: %w", binding.Name, err)
 	}
-	kc := filepath.Join(u.st.Dir, "coredns.kubeconfig")
-	if err := cp.WriteKubeconfig(kc, dnsUser, u.dnsToken); err != nil {
+	kc := filepath.Join(st.Dir, "coredns.kubeconfig")
+	if err := cp.WriteKubeconfig(kc, dnsUser, a.Credentials.DNSToken); err != nil {
 		return err
 	}
-	conf := filepath.Join(u.st.Dir, "Corefile")
-	fam := u.st.addressing()
+	conf := filepath.Join(st.Dir, "Corefile")
+	fam := env.addresses()
 	rc, _ := os.ReadFile(resolvConf)
 	resolved, _ := os.ReadFile(resolvedResolvers)
 	upstreams := hostResolvers(rc, resolved)
-	if u.st.Light { // no uplink: nothing outside to forward to
+	if st.Light { // no uplink: nothing outside to forward to
 		upstreams = nil
 	} else if len(upstreams) == 0 {
-		fmt.Fprintf(u.opts.Out, "           the host has no IPv4 resolver the lab can reach (%s, %s): cluster DNS answers only the cluster's names and %s's\n", resolvConf, resolvedResolvers, "/etc/hosts")
+		env.say("the host has no IPv4 resolver the lab can reach (%s, %s): cluster DNS answers only the cluster's names and %s's", resolvConf, resolvedResolvers, "/etc/hosts")
 	} else {
-		fmt.Fprintf(u.opts.Out, "           cluster DNS forwards other names to the host's resolvers %s\n", strings.Join(upstreams, ", "))
+		env.say("cluster DNS forwards other names to the host's resolvers %s", strings.Join(upstreams, ", "))
 	}
 	if err := os.WriteFile(conf, []byte(corefile(kc, fam, upstreams)), 0o644); err != nil {
 		return err
 	}
-	p, err := controlplane.StartDaemon(dnsLog(u.st.Dir), bin, "-conf", conf)
+	p, err := controlplane.StartDaemon(lab.DNSLog(st.Dir), bin, "-conf", conf)
 	if err != nil {
 		return err
 	}
-	u.st.Pids[dnsPid] = p.Pid()
+	st.Pids[lab.DNSPid] = p.Pid()
 	dns := kubeDNS(fam)
 	if _, err := client.CoreV1().Services("kube-system").Create(ctx, dns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("service kube-system/kube-dns: %w", err)
@@ -213,12 +212,12 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 	}
 	// The kubernetes Service has the API server's family only; every
 	// bridge address must answer for it.
-	name, want := "kubernetes.default.svc."+ClusterDomain, api.Spec.ClusterIP
+	name, want := "kubernetes.default.svc."+lab.ClusterDomain, api.Spec.ClusterIP
 	network := "ip4"
 	if netip.MustParseAddr(want).Is6() {
 		network = "ip6"
 	}
-	for _, gw := range fam.gateways {
+	for _, gw := range fam.Gateways() {
 		var last error
 		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			if p.Exited() {
@@ -232,11 +231,11 @@ func (u *upRun) startDNS(ctx context.Context, cp *controlplane.ControlPlane, cli
 			return false, nil
 		})
 		if err != nil {
-			return fmt.Errorf("cluster DNS not answering: %w (last: %v; log %s)", err, last, dnsLog(u.st.Dir))
+			return fmt.Errorf("cluster DNS not answering: %w (last: %v; log %s)", err, last, lab.DNSLog(st.Dir))
 		}
-		fmt.Fprintf(u.opts.Out, "           %s -> %s from CoreDNS at %s\n", name, want, gw)
+		env.say("%s -> %s from CoreDNS at %s", name, want, gw)
 	}
-	fmt.Fprintf(u.opts.Out, "           Service kube-system/kube-dns %s\n", strings.Join(dns.Spec.ClusterIPs, ","))
+	env.say("Service kube-system/kube-dns %s", strings.Join(dns.Spec.ClusterIPs, ","))
 	return nil
 }
 

@@ -1,7 +1,8 @@
-package lab
+package up
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/controlplane"
 	"github.com/labcloud/labcloud/lab/image"
+	"github.com/labcloud/labcloud/lab/registry"
 )
 
 // Paths of a node's own files, as a kubeadm node has them.
@@ -26,6 +29,8 @@ const (
 	// ipFamilyPath tells the node's init (lab/image's lab-init/rc) which
 	// families to configure and pass to the kubelet as --node-ip.
 	ipFamilyPath = "/etc/labcloud/ip-family"
+	// registryHostsPath is containerd's hosts file for every registry name.
+	registryHostsPath = "/etc/containerd/certs.d/_default/hosts.toml"
 )
 
 // nodeIdentity is what one node needs to join: its name, the API server, the
@@ -36,7 +41,7 @@ type nodeIdentity struct {
 	CAPEM           []byte
 	KubeletToken    string
 	ProxyToken      string
-	Addressing      addressing
+	Addressing      lab.Addresses
 	ProxyMode       string   // iptables or nftables
 	Insecure        []string // registries pulled from over plain HTTP
 }
@@ -68,7 +73,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 		{Path: kubeletConfigPath, Mode: 0o644, Data: kc},
 		{Path: proxyKubeconfig, Mode: 0o600, Data: proxy},
 		{Path: proxyConfigPath, Mode: 0o644, Data: pc},
-		{Path: ipFamilyPath, Mode: 0o644, Data: []byte(string(id.Addressing.family) + "\n")},
+		{Path: ipFamilyPath, Mode: 0o644, Data: []byte(string(id.Addressing.Family()) + "\n")},
 	}, registryHosts(id.Addressing, id.Insecure)...), nil
 }
 
@@ -78,7 +83,7 @@ func nodeFiles(id nodeIdentity) ([]image.NodeFile, error) {
 // cgroupfs on cgroup v2, containerd's socket, and kind's settings that keep
 // a small node from evicting or garbage-collecting what it just imported.
 // Pods resolve through kube-dns's cluster IPs of the cluster's families.
-func kubeletConfig(a addressing) ([]byte, error) {
+func kubeletConfig(a lab.Addresses) ([]byte, error) {
 	c := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -94,8 +99,8 @@ func kubeletConfig(a addressing) ([]byte, error) {
 		EvictionHard: map[string]string{
 			"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%",
 		},
-		ClusterDomain:             ClusterDomain,
-		ClusterDNS:                a.clusterDNS,
+		ClusterDomain:             lab.ClusterDomain,
+		ClusterDNS:                a.ClusterDNS(),
 		ResolverConfig:            ptr.To("/etc/resolv.conf"),
 		RotateCertificates:        false,
 		ServerTLSBootstrap:        false,
@@ -120,7 +125,7 @@ func proxyConfig(id nodeIdentity) ([]byte, error) {
 		TypeMeta:         metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
 		ClientConnection: componentbaseconfigv1alpha1.ClientConnectionConfiguration{Kubeconfig: proxyKubeconfig},
 		Mode:             proxyv1alpha1.ProxyMode(mode),
-		ClusterCIDR:      strings.Join(id.Addressing.clusterCIDRs, ","),
+		ClusterCIDR:      strings.Join(id.Addressing.ClusterCIDRs(), ","),
 		HostnameOverride: id.Name,
 		Conntrack:        proxyv1alpha1.KubeProxyConntrackConfiguration{MaxPerCore: ptr.To[int32](0)},
 	}
@@ -129,4 +134,15 @@ func proxyConfig(id nodeIdentity) ([]byte, error) {
 		return nil, fmt.Errorf("kube-proxy configuration: %w", err)
 	}
 	return b, nil
+}
+
+// registryHosts are the node files that send every pull to the lab's
+// registry first, and each of the insecure registries' to itself over
+// plain HTTP after it.
+func registryHosts(a lab.Addresses, insecure []string) []image.NodeFile {
+	files := []image.NodeFile{{Path: registryHostsPath, Mode: 0o644, Data: registry.HostsTOML(a.RegistryAddr())}}
+	for _, r := range insecure {
+		files = append(files, image.NodeFile{Path: path.Join(path.Dir(path.Dir(registryHostsPath)), r, "hosts.toml"), Mode: 0o644, Data: registry.PlainHTTPHostsTOML(a.RegistryAddr(), r)})
+	}
+	return files
 }

@@ -1,13 +1,11 @@
-package lab
+package up
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -17,19 +15,48 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/explain"
 	"github.com/labcloud/labcloud/lab/image"
 )
-
-// FirstAnswerStep is the step that ends up: a LoadBalancer Service in
-// front of a real pod, answered through its VIP.
-const FirstAnswerStep = "first answer through a LoadBalancer VIP"
 
 const firstAnswerApp = "labcloud-first-answer"
 
 // firstAnswerBound is how long the first answer may take once every node
 // is up: a pod's start on a busy TCG node, and the VIP's announcement.
 const firstAnswerBound = 3 * time.Minute
+
+// FirstAnswer creates the first answer's pod and its LoadBalancer
+// Service, and starts waiting up to Wait for the pod to answer through
+// the VIP (startFirstAnswer); AwaitFirstAnswer has the result.
+type FirstAnswer struct {
+	Cluster *Cluster
+	Wait    time.Duration
+	run     *firstAnswerRun // made: the wait, running
+}
+
+func (a *FirstAnswer) Execute(ctx context.Context, _ *Env) (err error) {
+	a.run, err = startFirstAnswer(ctx, a.Cluster.Client, a.Wait)
+	return err
+}
+
+// stop ends the wait and deletes the pod and the Service, if they were
+// made: what an up that failed after FirstAnswer leaves undone.
+func (a *FirstAnswer) stop() {
+	if a.run != nil {
+		a.run.stop()
+	}
+}
+
+// AwaitFirstAnswer returns the first answer's result, printing its
+// timeline, and deletes the pod and the Service.
+type AwaitFirstAnswer struct {
+	FirstAnswer *FirstAnswer
+}
+
+func (a *AwaitFirstAnswer) Execute(_ context.Context, env *Env) error {
+	return a.FirstAnswer.run.await(env.Opts.Out)
+}
 
 // firstAnswerRun is the first answer's pod and Service, created before
 // the nodes are up (the pod runs on the first node that can take it), and
@@ -43,6 +70,7 @@ type firstAnswerRun struct {
 	timeline firstAnswerTimeline // the wait's own until done has its result
 	done     chan error
 	cancel   context.CancelFunc // ends the wait early
+	stopped  sync.Once
 }
 
 // startFirstAnswer creates an agnhost netexec pod and a LoadBalancer
@@ -92,10 +120,12 @@ func (r *firstAnswerRun) await(out io.Writer) error {
 }
 
 // stop ends the wait, if it still runs, and deletes the pod and the
-// Service: what an up that failed before the answer leaves undone.
+// Service, once.
 func (r *firstAnswerRun) stop() {
-	r.cancel()
-	r.cleanUp()
+	r.stopped.Do(func() {
+		r.cancel()
+		r.cleanUp()
+	})
 }
 
 // cleanUp deletes the pod and the Service, whichever exist.
@@ -126,7 +156,7 @@ func (r *firstAnswerRun) wait(ctx context.Context, timeout time.Duration) error 
 		if tl.ready == 0 { // no endpoint to answer yet
 			return false, nil
 		}
-		got = HostnameAt(vip, 500*time.Millisecond)
+		got = lab.HostnameAt(vip, 500*time.Millisecond)
 		return got == p.Name, nil
 	})
 	if err != nil && ctx.Err() == nil {
@@ -190,26 +220,4 @@ func whyNoAnswer(ctx context.Context, client kubernetes.Interface, pod *v1.Pod, 
 		return line
 	}
 	return line + "\n  Service " + svc.Name + ": no VIP; " + explain.LatestWarning(ctx, client, svc.Namespace, "Service", svc.Name, "")
-}
-
-// HostnameAt is agnhost netexec's /hostname through vip (an address of
-// either family, port 80, or host:port), asked on a new connection (as
-// curl does: a kept-alive one to a node that just died would stall the
-// next) within timeout: the answering pod's name, or "" without an answer.
-func HostnameAt(vip string, timeout time.Duration) string {
-	c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
-	target := vip // host:port as it is; an address of either family on port 80
-	if a, err := netip.ParseAddr(vip); err == nil {
-		target = net.JoinHostPort(a.String(), "80")
-	}
-	resp, err := c.Get("http://" + target + "/hostname")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return ""
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	return strings.TrimSpace(string(b))
 }
