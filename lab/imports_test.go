@@ -8,8 +8,8 @@ import (
 
 // TestImportDirection: arrows point into lab, never out of it. up,
 // chaos, bench and conformance use lab; lab uses host, guest, relay,
-// explain and the pieces it runs, and none of them. Those know nothing of
-// the lab. up brings a lab up and uses none of the commands that work on
+// explain and the pieces it runs, and none of them. Those, and lanprobe,
+// know nothing of the lab. up brings a lab up and uses none of the commands that work on
 // one.
 func TestImportDirection(t *testing.T) {
 	const mod = "github.com/labcloud/labcloud/"
@@ -22,6 +22,7 @@ func TestImportDirection(t *testing.T) {
 		"lab/guest":      append([]string{"lab"}, users...),
 		"lab/relay":      append([]string{"lab"}, users...),
 		"lab/explain":    append([]string{"lab"}, users...),
+		"lab/lanprobe":   append([]string{"lab"}, users...),
 		"lab/chaos":      {"lab/bench", "lab/conformance"},
 		"lab/bench":      {"lab/chaos", "lab/conformance"},
 	} {

@@ -2,13 +2,10 @@ package lab
 
 import (
 	"errors"
-	"net"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"libvirt.org/go/libvirtxml"
 )
@@ -151,26 +148,6 @@ func TestCCMClusterCIDRPerFamily(t *testing.T) {
 	}
 	if shipped[2] != "--cluster-cidr=10.244.0.0/16" {
 		t.Error("withClusterCIDR changed its argument")
-	}
-}
-
-// HostnameAt takes a VIP of either family (port 80) or host:port.
-func TestHostnameAtBothFamilies(t *testing.T) {
-	for _, network := range []string{"tcp4", "tcp6"} {
-		l, err := net.Listen(network, map[string]string{"tcp4": "127.0.0.1:0", "tcp6": "[::1]:0"}[network])
-		if err != nil {
-			t.Skipf("%s loopback: %v", network, err)
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pod-" + network)) })}
-		go func() { _ = srv.Serve(l) }()
-		if got := HostnameAt(l.Addr().String(), time.Second); got != "pod-"+network {
-			t.Errorf("HostnameAt(%s) = %q", l.Addr(), got)
-		}
-		_ = srv.Close()
-	}
-	// A bare IPv6 VIP means port 80 in brackets, not a malformed URL.
-	if got := HostnameAt("::1", 200*time.Millisecond); got != "" {
-		t.Errorf("HostnameAt(::1) = %q with nothing on port 80", got)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lab/image"
+	"github.com/labcloud/labcloud/lab/lanprobe"
 )
 
 // Result is what `labcloud bench` measures on a running lab.
@@ -285,7 +286,7 @@ func waitIngress(ctx context.Context, client kubernetes.Interface, name string) 
 }
 
 // answer asks the VIP who answers: a pod name, or "" within 500 ms.
-func answer(vip string) string { return lab.HostnameAt(vip, 500*time.Millisecond) }
+func answer(vip string) string { return lanprobe.Hostname(vip, 500*time.Millisecond) }
 
 // upSeconds is the lab's own time in up's steps (building tools and
 // waiting for another user of libvirtd are not), in all and up to its

@@ -18,6 +18,7 @@ import (
 
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/host"
+	"github.com/labcloud/labcloud/lab/lanprobe"
 	"github.com/labcloud/labcloud/provider/placement"
 )
 
@@ -139,7 +140,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	} else {
 		missing("libvirt stopped event", err)
 	}
-	if g, err := b.wire.wait(mctx, func() (wireSeen, bool) { return b.wire.firstGARP(trigger, fromMAC) }); err == nil {
+	if g, err := b.wire.wait(mctx, func() (lanprobe.Frame, bool) { return b.wire.firstGARP(trigger, fromMAC) }); err == nil {
 		run.GARPSeconds = since(g.At)
 		run.ToNode = macs[g.MAC.String()]
 		if run.LibvirtEventSeconds != nil {
@@ -149,7 +150,7 @@ func (b *failoverBench) once(ctx context.Context, kind string) (FailoverRun, err
 	} else {
 		missing("gratuitous ARP on "+lab.Bridge, err)
 	}
-	if n, err := b.wire.wait(mctx, func() (wireSeen, bool) { return b.wire.firstNeighbour(trigger, fromMAC) }); err == nil {
+	if n, err := b.wire.wait(mctx, func() (lanprobe.Frame, bool) { return b.wire.firstNeighbour(trigger, fromMAC) }); err == nil {
 		run.NeighbourSeconds = since(n.At)
 	} else {
 		missing("host neighbour entry", err)
@@ -370,7 +371,7 @@ func startProber(vip string, every time.Duration) *prober {
 			go func() {
 				defer p.wg.Done()
 				a := attempt{start: time.Now()}
-				a.answer = lab.HostnameAt(vip, time.Second)
+				a.answer = lanprobe.Hostname(vip, time.Second)
 				a.end = time.Now()
 				p.mu.Lock()
 				p.done = append(p.done, a)

@@ -8,47 +8,33 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/mdlayher/arp"
-	"github.com/mdlayher/ethernet"
-	"github.com/mdlayher/ndp"
-	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/labcloud/labcloud/lab/lanprobe"
 )
 
 // The bench's failover figures come from what the bridge carries, not from
-// the CCM's log: a raw packet socket on the bridge sees every announcement
-// the announcer sends for a VIP, gratuitous ARP for IPv4 and unsolicited
-// Neighbor Advertisements for IPv6 (the socket takes all protocols, since
-// the kernel hands frames a host sends only to such sockets), and a netlink
-// subscription sees every change of the hosts' neighbour entries for it.
-// Both are stamped when they reach this process.
+// the CCM's log: a capture on the bridge (lanprobe.Listen) sees every
+// announcement the announcer sends for a VIP, gratuitous ARP for IPv4 and
+// unsolicited Neighbor Advertisements for IPv6 (its socket takes all
+// protocols, since the kernel hands frames a host sends only to such
+// sockets), and a netlink subscription sees every change of the hosts'
+// neighbour entries for it. Both are stamped when they reach this process.
 
-// wireSeen is one observation: when, and the MAC it names.
-type wireSeen struct {
-	At  time.Time
-	MAC net.HardwareAddr
-}
-
-// wireWatch records, for one VIP on one bridge, its announcements (for
-// IPv4 a gratuitous ARP, request or reply form: sender and target address
-// are both the VIP; for IPv6 an unsolicited Neighbor Advertisement with the
-// override flag) and the neighbour entry updates, in the network namespaces
-// it was opened for.
+// wireWatch records, for one VIP on one bridge, its announcements and the
+// neighbour entry updates, in the network namespaces it was opened for.
 type wireWatch struct {
-	vip netip.Addr
+	vip     netip.Addr
+	capture *lanprobe.Capture // the bridge's
 
 	mu     sync.Mutex
-	garps  []wireSeen
-	neighs []wireSeen
-	err    error // the first error that ended one of the two watches
+	neighs []lanprobe.Frame
+	err    error // the first error that ended the neighbour watch
 
-	conn      *packet.Conn
-	closing   atomic.Bool
 	stopNeigh chan struct{}
 	wg        sync.WaitGroup
 }
@@ -62,13 +48,13 @@ func watchWire(bridge string, vip netip.Addr, others ...string) (*wireWatch, err
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: %w", bridge, err)
 	}
-	conn, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, nil)
+	capture, err := lanprobe.Listen(ifi, netip.Addr{})
 	if err != nil {
-		return nil, fmt.Errorf("capture on %s: %w", bridge, err)
+		return nil, err
 	}
-	w := &wireWatch{vip: vip.Unmap(), conn: conn, stopNeigh: make(chan struct{})}
+	w := &wireWatch{vip: vip.Unmap(), capture: capture, stopNeigh: make(chan struct{})}
 	if err := w.watchNeighbours(nil, ifi.Index); err != nil {
-		conn.Close()
+		capture.Close()
 		return nil, err
 	}
 	for _, name := range others {
@@ -77,11 +63,6 @@ func watchWire(bridge string, vip netip.Addr, others ...string) (*wireWatch, err
 			return nil, err
 		}
 	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		w.capture()
-	}()
 	return w, nil
 }
 
@@ -125,66 +106,15 @@ func (w *wireWatch) watchNeighbours(ns *netns.NsHandle, index int) error {
 			if u.Type != unix.RTM_NEWNEIGH || u.LinkIndex != index || !ok || ip.Unmap() != w.vip || len(u.HardwareAddr) == 0 {
 				continue
 			}
-			w.record(&w.neighs, wireSeen{At: at, MAC: bytes.Clone(u.HardwareAddr)})
+			w.record(lanprobe.Frame{At: at, IP: ip.Unmap(), MAC: bytes.Clone(u.HardwareAddr)})
 		}
 	}()
 	return nil
 }
 
-// capture reads frames until the socket is closed.
-func (w *wireWatch) capture() {
-	buf := make([]byte, 1600)
-	for {
-		n, _, err := w.conn.ReadFrom(buf)
-		at := time.Now()
-		if err != nil {
-			if !w.closing.Load() {
-				w.fail(fmt.Errorf("capture: %w", err))
-			}
-			return
-		}
-		if mac, ok := announcementFor(buf[:n], w.vip); ok {
-			w.record(&w.garps, wireSeen{At: at, MAC: mac})
-		}
-	}
-}
-
-// announcementFor parses an Ethernet frame and reports whether it announces
-// vip, and the MAC it names.
-func announcementFor(frame []byte, vip netip.Addr) (net.HardwareAddr, bool) {
-	var f ethernet.Frame
-	if err := f.UnmarshalBinary(frame); err != nil {
-		return nil, false
-	}
-	switch f.EtherType {
-	case ethernet.EtherTypeARP:
-		var p arp.Packet
-		if err := p.UnmarshalBinary(f.Payload); err != nil || p.SenderIP != vip || p.TargetIP != vip {
-			return nil, false
-		}
-		return p.SenderHardwareAddr, true
-	case ethernet.EtherTypeIPv6:
-		const ipv6Header = 40
-		if len(f.Payload) < ipv6Header || f.Payload[6] != unix.IPPROTO_ICMPV6 {
-			return nil, false
-		}
-		m, err := ndp.ParseMessage(f.Payload[ipv6Header:])
-		na, ok := m.(*ndp.NeighborAdvertisement)
-		if err != nil || !ok || na.Solicited || !na.Override || na.TargetAddress != vip {
-			return nil, false
-		}
-		for _, o := range na.Options {
-			if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target {
-				return lla.Addr, true
-			}
-		}
-	}
-	return nil, false
-}
-
-func (w *wireWatch) record(list *[]wireSeen, s wireSeen) {
+func (w *wireWatch) record(s lanprobe.Frame) {
 	w.mu.Lock()
-	*list = append(*list, s)
+	w.neighs = append(w.neighs, s)
 	w.mu.Unlock()
 }
 
@@ -196,33 +126,40 @@ func (w *wireWatch) fail(err error) {
 	w.mu.Unlock()
 }
 
-// firstGARP is the first gratuitous ARP for the VIP seen at or after since
-// whose sender MAC is not other (the node that stopped answering).
-func (w *wireWatch) firstGARP(since time.Time, other net.HardwareAddr) (wireSeen, bool) {
-	return w.first(&w.garps, since, other)
+// firstGARP is the first announcement of the VIP seen at or after since
+// whose MAC is not other (the node that stopped answering).
+func (w *wireWatch) firstGARP(since time.Time, other net.HardwareAddr) (lanprobe.Frame, bool) {
+	return firstNot(w.capture.Announced(w.vip, nil, since), other)
 }
 
 // firstNeighbour is the first update of the host's neighbour entry for the
 // VIP at or after since that names a MAC other than other.
-func (w *wireWatch) firstNeighbour(since time.Time, other net.HardwareAddr) (wireSeen, bool) {
-	return w.first(&w.neighs, since, other)
-}
-
-func (w *wireWatch) first(list *[]wireSeen, since time.Time, other net.HardwareAddr) (wireSeen, bool) {
+func (w *wireWatch) firstNeighbour(since time.Time, other net.HardwareAddr) (lanprobe.Frame, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, s := range *list {
-		if !s.At.Before(since) && !bytes.Equal(s.MAC, other) {
+	var after []lanprobe.Frame
+	for _, s := range w.neighs {
+		if !s.At.Before(since) {
+			after = append(after, s)
+		}
+	}
+	return firstNot(after, other)
+}
+
+// firstNot is the first of seen that names a MAC other than other.
+func firstNot(seen []lanprobe.Frame, other net.HardwareAddr) (lanprobe.Frame, bool) {
+	for _, s := range seen {
+		if !bytes.Equal(s.MAC, other) {
 			return s, true
 		}
 	}
-	return wireSeen{}, false
+	return lanprobe.Frame{}, false
 }
 
 // wait returns once find reports an observation or ctx ends, with the
 // error that ended a watch, if one did. The observation carries its own
 // arrival time: how often this polls does not change the figures.
-func (w *wireWatch) wait(ctx context.Context, find func() (wireSeen, bool)) (wireSeen, error) {
+func (w *wireWatch) wait(ctx context.Context, find func() (lanprobe.Frame, bool)) (lanprobe.Frame, error) {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -234,7 +171,7 @@ func (w *wireWatch) wait(ctx context.Context, find func() (wireSeen, bool)) (wir
 			w.mu.Lock()
 			err := w.err
 			w.mu.Unlock()
-			return wireSeen{}, errors.Join(ctx.Err(), err)
+			return lanprobe.Frame{}, errors.Join(ctx.Err(), err, w.capture.Err())
 		case <-t.C:
 		}
 	}
@@ -242,8 +179,7 @@ func (w *wireWatch) wait(ctx context.Context, find func() (wireSeen, bool)) (wir
 
 // Close stops both watches and waits for them.
 func (w *wireWatch) Close() error {
-	w.closing.Store(true)
-	err := w.conn.Close()
+	err := w.capture.Close()
 	close(w.stopNeigh)
 	w.wg.Wait()
 	return err

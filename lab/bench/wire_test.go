@@ -8,14 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdlayher/arp"
-	"github.com/mdlayher/ethernet"
-	"github.com/mdlayher/ndp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/labcloud/labcloud/internal/nstest"
+	"github.com/labcloud/labcloud/lab/lanprobe"
 	"github.com/labcloud/labcloud/lb/announce"
 )
 
@@ -111,7 +109,7 @@ func watchSeesOtherHosts(t *testing.T, bridge string) {
 	nstest.IP(t, "-n", other, "neigh", "replace", vip.String(), "lladdr", "02:78:00:00:02:01", "dev", bridge, "nud", "permanent")
 	wctx, done := context.WithTimeout(context.Background(), 2*time.Second)
 	defer done()
-	s, err := w.wait(wctx, func() (wireSeen, bool) { return w.firstNeighbour(since, nil) })
+	s, err := w.wait(wctx, func() (lanprobe.Frame, bool) { return w.firstNeighbour(since, nil) })
 	if err != nil || s.MAC.String() != "02:78:00:00:02:01" {
 		t.Errorf("the other host's neighbour entry for %s: %v %v, want 02:78:00:00:02:01", vip, s.MAC, err)
 	}
@@ -128,11 +126,11 @@ func watchSeesMoves(t *testing.T, a *announce.Announcer, bridge string, vip, oth
 	}
 	defer w.Close()
 
-	check := func(what string, since time.Time, not, want net.HardwareAddr, find func(time.Time, net.HardwareAddr) (wireSeen, bool)) {
+	check := func(what string, since time.Time, not, want net.HardwareAddr, find func(time.Time, net.HardwareAddr) (lanprobe.Frame, bool)) {
 		t.Helper()
 		wctx, done := context.WithTimeout(context.Background(), 2*time.Second)
 		defer done()
-		s, err := w.wait(wctx, func() (wireSeen, bool) { return find(since, not) })
+		s, err := w.wait(wctx, func() (lanprobe.Frame, bool) { return find(since, not) })
 		if err != nil {
 			t.Fatalf("%s: nothing seen naming another MAC than %v within 2 s: %v", what, not, err)
 		}
@@ -194,76 +192,9 @@ func waitOperUp(t *testing.T, name string) {
 	}
 }
 
-// announcementFor accepts both forms of a gratuitous ARP for the VIP, and an
-// unsolicited override advertisement for an IPv6 VIP, and nothing else.
-func TestAnnouncementFor(t *testing.T) {
-	vip, vip6 := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("fd00::100")
-	node, _ := net.ParseMAC("02:00:00:00:00:01")
-	client, _ := net.ParseMAC("02:00:00:00:00:02")
-	bcast := ethernet.Broadcast
-	eth := func(et ethernet.EtherType, payload []byte) []byte {
-		b, err := (&ethernet.Frame{Destination: bcast, Source: node, EtherType: et, Payload: payload}).MarshalBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	frame := func(op arp.Operation, sip, tip netip.Addr, tha net.HardwareAddr, et ethernet.EtherType) []byte {
-		p, err := arp.NewPacket(op, node, sip, tha, tip)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pb, err := p.MarshalBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return eth(et, pb)
-	}
-	na := func(target netip.Addr, solicited, override bool) []byte {
-		m := &ndp.NeighborAdvertisement{Solicited: solicited, Override: override, TargetAddress: target,
-			Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: node}}}
-		icmp, err := ndp.MarshalMessageChecksum(m, target, netip.MustParseAddr("ff02::1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip := make([]byte, 40, 40+len(icmp))
-		ip[0], ip[5], ip[6], ip[7] = 6<<4, byte(len(icmp)), unix.IPPROTO_ICMPV6, 255
-		return eth(ethernet.EtherTypeIPv6, append(ip, icmp...))
-	}
-	clientIP := netip.MustParseAddr("10.0.0.5")
-	for _, tc := range []struct {
-		name  string
-		frame []byte
-		vip   netip.Addr
-		want  bool
-	}{
-		{"request form", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), vip, true},
-		{"reply form", frame(arp.OperationReply, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP), vip, true},
-		{"an answer to a client", frame(arp.OperationReply, vip, clientIP, client, ethernet.EtherTypeARP), vip, false},
-		{"a client asking", frame(arp.OperationRequest, clientIP, vip, ethernet.Broadcast, ethernet.EtherTypeARP), vip, false},
-		{"another VIP", frame(arp.OperationRequest, clientIP, clientIP, ethernet.Broadcast, ethernet.EtherTypeARP), vip, false},
-		{"not ARP", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeIPv4), vip, false},
-		{"truncated", frame(arp.OperationRequest, vip, vip, ethernet.Broadcast, ethernet.EtherTypeARP)[:20], vip, false},
-		{"unsolicited advertisement", na(vip6, false, true), vip6, true},
-		{"solicited answer", na(vip6, true, true), vip6, false},
-		{"advertisement without override", na(vip6, false, false), vip6, false},
-		{"advertisement of another VIP", na(vip6.Next(), false, true), vip6, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			mac, got := announcementFor(tc.frame, tc.vip)
-			if got != tc.want {
-				t.Fatalf("announcement = %v, want %v", got, tc.want)
-			}
-			if got && mac.String() != node.String() {
-				t.Errorf("names %s, want %s", mac, node)
-			}
-		})
-	}
-}
-
 // seen returns copies of everything recorded so far.
-func (w *wireWatch) seen() (garps, neighs []wireSeen) {
+func (w *wireWatch) seen() (garps, neighs []lanprobe.Frame) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.garps), slices.Clone(w.neighs)
+	return w.capture.Announced(w.vip, nil, time.Time{}), slices.Clone(w.neighs)
 }

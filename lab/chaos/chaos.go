@@ -53,12 +53,12 @@ func Run(ctx context.Context, st *lab.State, opts Options) (Summary, error) {
 			return Summary{}, err
 		}
 	}
-	lan, err := lanClientUp(chaosClientAddr(st.Addressing))
+	lan, err := lanClient(st.Addressing)
 	if err != nil {
 		return Summary{}, fmt.Errorf("LAN client on %s: %w", lab.Bridge, err)
 	}
 	defer lan.Close()
-	prober, err := newARPProber(lan.ns, chaosVethClient)
+	prober, err := lan.Capture()
 	if err != nil {
 		return Summary{}, err
 	}
@@ -70,7 +70,7 @@ func Run(ctx context.Context, st *lab.State, opts Options) (Summary, error) {
 	}
 	r.inj = &injector{st: st, client: client, obs: r.obs}
 	start := time.Now()
-	r.out.printf("chaos: seed %d, %s, nodes %v, LAN client %s on %s", opts.Seed, opts.Duration, st.Nodes, lan.addr.Addr(), lab.Bridge)
+	r.out.printf("chaos: seed %d, %s, nodes %v, LAN client %s on %s", opts.Seed, opts.Duration, st.Nodes, lan.Addr(), lab.Bridge)
 
 	checkCtx, stopChecks := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -4,17 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/mdlayher/arp"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,217 +16,31 @@ import (
 
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/host"
+	"github.com/labcloud/labcloud/lab/lanprobe"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/netroutes"
 )
 
-// The LAN client chaos probes VIPs from: a network namespace of its own
-// (anonymous: it lives as long as chaos holds it) with a veth on the lab
-// bridge, as a machine on the LAN would be (the CCM does not answer the
-// host's own ARP requests).
+// The LAN client chaos probes VIPs from (lanprobe): a machine on the lab's
+// bridge, as the CCM answers none of the host's own ARP requests. Its
+// namespace has no name: it lives as long as chaos holds it.
 const (
-	chaosVethLab    = "lcchaos0" // in the lab namespace, a port of the bridge
-	chaosVethClient = "lcchaos1" // in the client namespace
+	chaosPort       = "lcchaos0" // its port on the bridge
 	chaosClientHost = 252        // its address: .252 of the lab's network
 	excludeLBLabel  = "node.kubernetes.io/exclude-from-external-load-balancers"
 )
 
-// lanClient is the LAN client's namespace; Close removes it and its veth.
-type lanClient struct {
-	ns   netns.NsHandle
-	addr netip.Prefix // on the lab's network
-}
-
-// chaosClientAddr is the LAN client's address on the lab's network a.
-func chaosClientAddr(a lab.Addressing) netip.Prefix {
-	return netip.PrefixFrom(a.Addr(chaosClientHost), a.Network().Bits())
-}
-
-// lanClientUp makes the LAN client with address addr. It runs in the
-// lab's namespace.
-func lanClientUp(addr netip.Prefix) (*lanClient, error) {
-	if l, err := netlink.LinkByName(chaosVethLab); err == nil { // a crashed run's
-		_ = netlink.LinkDel(l)
-	}
-	ns, err := newNetns()
-	if err != nil {
-		return nil, err
-	}
-	c := &lanClient{ns: ns, addr: addr}
-	if err := c.plug(); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// newNetns makes a network namespace without entering it.
-func newNetns() (netns.NsHandle, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return 0, fmt.Errorf("current network namespace: %w", err)
-	}
-	defer orig.Close()
-	ns, err := netns.New() // enters it
-	if err != nil {
-		return 0, fmt.Errorf("new network namespace: %w", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		panic(fmt.Sprintf("cannot restore the network namespace: %v", err)) // the thread would run in the wrong namespace
-	}
-	return ns, nil
-}
-
-// plug adds the veth pair, one end on the bridge, the other with the
-// client's address in the client's namespace.
-func (c *lanClient) plug() error {
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: chaosVethLab}, PeerName: chaosVethClient, PeerNamespace: netlink.NsFd(c.ns)}
-	if err := netlink.LinkAdd(veth); err != nil {
-		return fmt.Errorf("veth %s: %w", chaosVethLab, err)
-	}
-	br, err := netlink.LinkByName(lab.Bridge)
-	if err != nil {
-		return fmt.Errorf("bridge %s: %w", lab.Bridge, err)
-	}
-	if err := netlink.LinkSetMaster(veth, br); err != nil {
-		return fmt.Errorf("attach %s to %s: %w", chaosVethLab, lab.Bridge, err)
-	}
-	if err := netlink.LinkSetUp(veth); err != nil {
-		return fmt.Errorf("link up %s: %w", chaosVethLab, err)
-	}
-	h, err := netlink.NewHandleAt(c.ns)
-	if err != nil {
-		return fmt.Errorf("netlink in the client namespace: %w", err)
-	}
-	defer h.Close()
-	peer, err := h.LinkByName(chaosVethClient)
-	if err != nil {
-		return fmt.Errorf("%s: %w", chaosVethClient, err)
-	}
-	addr, err := netlink.ParseAddr(c.addr.String())
-	if err != nil {
-		return err
-	}
-	if err := h.AddrAdd(peer, addr); err != nil {
-		return fmt.Errorf("address on %s: %w", chaosVethClient, err)
-	}
-	if err := h.LinkSetUp(peer); err != nil {
-		return fmt.Errorf("link up %s: %w", chaosVethClient, err)
-	}
-	if lo, err := h.LinkByName("lo"); err == nil {
-		_ = h.LinkSetUp(lo)
-	}
-	return nil
-}
-
-// Close removes the veth pair and lets the namespace go.
-func (c *lanClient) Close() {
-	if l, err := netlink.LinkByName(chaosVethLab); err == nil {
-		_ = netlink.LinkDel(l)
-	}
-	_ = c.ns.Close()
-}
-
-// arpProber sends ARP requests for VIPs from the LAN client and collects
-// every answer.
-type arpProber struct {
-	c *arp.Client
-}
-
-// newARPProber opens a raw ARP socket on ifName in namespace ns. The
-// socket stays in that namespace; the calling thread is restored.
-func newARPProber(ns netns.NsHandle, ifName string) (*arpProber, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return nil, fmt.Errorf("current network namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		return nil, fmt.Errorf("enter the client network namespace: %w", err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(fmt.Sprintf("cannot restore the network namespace: %v", err)) // the thread would run in the wrong namespace
-		}
-	}()
-	ifi, err := net.InterfaceByName(ifName)
-	if err != nil {
-		return nil, fmt.Errorf("%s in the client namespace: %w", ifName, err)
-	}
-	c, err := arp.Dial(ifi)
-	if err != nil {
-		return nil, fmt.Errorf("ARP socket on %s: %w", ifName, err)
-	}
-	return &arpProber{c: c}, nil
-}
-
-func (p *arpProber) Close() error { return p.c.Close() }
-
-// Probe asks for every VIP and returns, for each, the distinct MACs that
-// answered within wait; VIPs nobody answered are asked once more, as a
-// client retries.
-func (p *arpProber) Probe(ctx context.Context, vips []netip.Addr, wait time.Duration) (map[netip.Addr][]string, error) {
-	out := map[netip.Addr][]string{}
-	for attempt := 0; attempt < 2; attempt++ {
-		var ask []netip.Addr
-		for _, v := range vips {
-			if len(out[v]) == 0 {
-				ask = append(ask, v)
-			}
-		}
-		if len(ask) == 0 || ctx.Err() != nil {
-			break
-		}
-		for _, v := range ask {
-			if err := p.c.Request(v); err != nil {
-				return nil, fmt.Errorf("ARP request for %s: %w", v, err)
-			}
-		}
-		if err := p.collect(ask, time.Now().Add(wait), out); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// collect reads replies to our requests for vips until deadline.
-func (p *arpProber) collect(vips []netip.Addr, deadline time.Time, out map[netip.Addr][]string) error {
-	if err := p.c.SetReadDeadline(deadline); err != nil {
-		return err
-	}
-	me := p.c.HardwareAddr().String()
-	for {
-		pkt, _, err := p.c.Read()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return nil
-			}
-			if errors.Is(err, arp.ErrInvalidHardwareAddr) || errors.Is(err, arp.ErrInvalidIP) {
-				continue // not an Ethernet/IPv4 ARP packet
-			}
-			return fmt.Errorf("read ARP: %w", err)
-		}
-		if pkt.Operation != arp.OperationReply || pkt.TargetHardwareAddr.String() != me || !slices.Contains(vips, pkt.SenderIP) {
-			continue
-		}
-		mac := strings.ToLower(pkt.SenderHardwareAddr.String())
-		if !slices.Contains(out[pkt.SenderIP], mac) {
-			out[pkt.SenderIP] = append(out[pkt.SenderIP], mac)
-			slices.Sort(out[pkt.SenderIP])
-		}
-	}
+// lanClient plugs the LAN client into the bridge, on the lab's network a.
+// It runs in the lab's namespace.
+func lanClient(a lab.Addressing) (*lanprobe.Client, error) {
+	return lanprobe.New(lanprobe.Options{Bridge: lab.Bridge, Port: chaosPort, Addr: netip.PrefixFrom(a.Addr(chaosClientHost), a.Network().Bits())})
 }
 
 // observer takes snapshots of the lab.
 type observer struct {
 	st      *lab.State
 	client  kubernetes.Interface
-	arp     *arpProber
+	arp     *lanprobe.Capture // the LAN client's
 	subnets []netip.Prefix
 
 	mu      sync.Mutex
@@ -243,7 +51,7 @@ type observer struct {
 	ccmStarted time.Time
 }
 
-func newObserver(st *lab.State, client kubernetes.Interface, p *arpProber) *observer {
+func newObserver(st *lab.State, client kubernetes.Interface, p *lanprobe.Capture) *observer {
 	return &observer{st: st, client: client, arp: p, subnets: st.Addressing.Subnets(st.IPFamily), downAt: map[string]time.Time{}, lost: map[string]bool{}}
 }
 

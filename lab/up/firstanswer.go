@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/explain"
 	"github.com/labcloud/labcloud/lab/image"
+	"github.com/labcloud/labcloud/lab/lanprobe"
 )
 
 const firstAnswerApp = "labcloud-first-answer"
@@ -156,7 +156,7 @@ func (r *firstAnswerRun) wait(ctx context.Context, timeout time.Duration) error 
 		if tl.ready == 0 { // no endpoint to answer yet
 			return false, nil
 		}
-		got = lab.HostnameAt(vip, 500*time.Millisecond)
+		got = lanprobe.Hostname(vip, 500*time.Millisecond)
 		return got == p.Name, nil
 	})
 	if err != nil && ctx.Err() == nil {

@@ -23,13 +23,15 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"libvirt.org/go/libvirt"
+
+	"github.com/labcloud/labcloud/lab/lanprobe"
 )
 
 // readyTracker times Services from creation to "done": an ingress IP in
 // the status, and that IP answered by a node's MAC when a LAN client asks
 // the bridge for it.
 type readyTracker struct {
-	arps  *arpCapture
+	arps  *lanprobe.Capture
 	macs  map[string]net.HardwareAddr
 	ctx   context.Context
 	stopC func()
@@ -44,7 +46,7 @@ type readyTracker struct {
 }
 
 // trackReady watches Services whose name starts with prefix.
-func trackReady(b *testing.B, prefix string, arps *arpCapture, macs map[string]net.HardwareAddr) *readyTracker {
+func trackReady(b *testing.B, prefix string, arps *lanprobe.Capture, macs map[string]net.HardwareAddr) *readyTracker {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &readyTracker{arps: arps, macs: macs, ctx: ctx, stopC: cancel}
 	r.reset(0)
@@ -96,10 +98,10 @@ func (r *readyTracker) waitAnswer(name string, ip netip.Addr, start time.Time) {
 	statusAt := time.Now()
 	for r.ctx.Err() == nil {
 		asked := time.Now()
-		_ = r.arps.request(ip)
+		_ = r.arps.Request(ip)
 		for time.Since(asked) < 50*time.Millisecond {
-			if f, ok := r.arps.answered(ip, start); ok && nodeWithMAC(r.macs, f.p.SenderHardwareAddr) != "" {
-				at := f.at
+			if f, ok := r.arps.Answered(ip, start); ok && nodeWithMAC(r.macs, f.MAC) != "" {
+				at := f.At
 				if at.Before(statusAt) {
 					at = statusAt
 				}
@@ -383,7 +385,7 @@ type failoverRig struct {
 	ccm    *ccm
 	events <-chan domainEvent
 	client *lanClient
-	arps   *arpCapture
+	arps   *lanprobe.Capture
 	vip    netip.Addr
 	macs   map[string]net.HardwareAddr
 }
@@ -413,7 +415,7 @@ func (r *failoverRig) failovers(tb testing.TB, n int, stop func(testing.TB, stri
 // timing the first gratuitous ARP naming the other node from the libvirt
 // event (the CCM's reaction to libvirt) and from the stop; the domain is
 // started and Ready again before the next.
-func failovers(b testing.TB, events <-chan domainEvent, client *lanClient, arps *arpCapture, vip netip.Addr, macs map[string]net.HardwareAddr, n int, stop func(testing.TB, string)) (fromEvent, fromDestroy []time.Duration) {
+func failovers(b testing.TB, events <-chan domainEvent, client *lanClient, arps *lanprobe.Capture, vip netip.Addr, macs map[string]net.HardwareAddr, n int, stop func(testing.TB, string)) (fromEvent, fromDestroy []time.Duration) {
 	b.Helper()
 	for range n {
 		// The node started last wins back the VIPs its hash wins once it
@@ -425,17 +427,19 @@ func failovers(b testing.TB, events <-chan domainEvent, client *lanClient, arps 
 		stop(b, answering)
 		dom := domain(b, answering)
 		stopped := waitDomainEvent(b, events, answering, libvirt.DOMAIN_EVENT_STOPPED)
-		var garp arpFrame
+		var garp lanprobe.Frame
 		err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
-			f, ok := arps.firstGratuitous(vip, macs[other], since)
-			garp = f
-			return ok, nil
+			fs := arps.Announced(vip, macs[other], since)
+			if len(fs) > 0 {
+				garp = fs[0]
+			}
+			return len(fs) > 0, nil
 		})
 		if err != nil {
 			b.Fatalf("no gratuitous ARP for %s via %s within 15s of destroying %s", vip, other, answering)
 		}
-		fromEvent = append(fromEvent, garp.at.Sub(stopped)) // negative: before libvirt's event
-		fromDestroy = append(fromDestroy, garp.at.Sub(since))
+		fromEvent = append(fromEvent, garp.At.Sub(stopped)) // negative: before libvirt's event
+		fromDestroy = append(fromDestroy, garp.At.Sub(since))
 		// Bring the domain back for the next sample; its "kubelet" reports
 		// once the guest is up, which makes it a candidate again.
 		if err := dom.Create(); err != nil {

@@ -203,7 +203,7 @@ func startRouter(t *testing.T, password string) *frr.Router {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(routerDir) })
-	router, err := frr.Start(context.Background(), client.name, routerDir, frr.Config{
+	router, err := frr.Start(context.Background(), client.Netns(), routerDir, frr.Config{
 		ASN: 64512, RouterID: netip.MustParseAddr(e2eRouterAddr),
 		Neighbors: []frr.Neighbor{{Address: netip.MustParseAddr(e2eCCMAddr), ASN: 64513, BFD: true, Password: password}},
 	})

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"github.com/labcloud/labcloud/lab/lanprobe"
 )
 
 // A RequireDualStack Service gets one VIP per family; a LAN client's kernel
@@ -75,12 +76,12 @@ func TestLoadBalancerDualStack(t *testing.T) {
 
 	// A LAN host configures the IPv6 VIP: its duplicate-address detection
 	// fails, and the Service gets a Warning naming the host.
-	client.run(t, "ip", "addr", "add", v6.String()+"/64", "dev", client.ifc)
+	client.run(t, "ip", "addr", "add", v6.String()+"/64", "dev", lanprobe.Interface)
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return strings.Contains(client.run(t, "ip", "-6", "addr", "show", "dev", client.ifc), "dadfailed"), nil
+		return strings.Contains(client.run(t, "ip", "-6", "addr", "show", "dev", lanprobe.Interface), "dadfailed"), nil
 	})
 	if err != nil {
-		t.Fatalf("the client's duplicate-address detection for %s did not fail:\n%s", v6, client.run(t, "ip", "-6", "addr", "show", "dev", client.ifc))
+		t.Fatalf("the client's duplicate-address detection for %s did not fail:\n%s", v6, client.run(t, "ip", "-6", "addr", "show", "dev", lanprobe.Interface))
 	}
 	clientMAC := client.mac(t).String()
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -132,44 +133,26 @@ func nodeOf(macs map[string]net.HardwareAddr, mac net.HardwareAddr) string {
 
 func (c *lanClient) run(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("ip", append([]string{"netns", "exec", c.name}, args...)...).CombinedOutput()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", c.Netns()}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("%v in %s: %v: %s", args, c.name, err, out)
+		t.Fatalf("%v in %s: %v: %s", args, c.Netns(), err, out)
 	}
 	return string(out)
 }
 
 func (c *lanClient) addIPv6(t testing.TB, addr string) {
 	t.Helper()
-	c.run(t, "ip", "addr", "add", addr, "dev", c.ifc, "nodad")
+	c.run(t, "ip", "addr", "add", addr, "dev", lanprobe.Interface, "nodad")
 }
 
 // neighbour is the MAC the client's kernel holds for ip, or nil.
 func (c *lanClient) neighbour(t testing.TB, ip netip.Addr) net.HardwareAddr {
 	t.Helper()
-	h, err := netlink.NewHandleAt(c.ns)
+	mac, err := c.Neighbour(ip)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
-	link, err := h.LinkByName(c.ifc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	family := netlink.FAMILY_V4
-	if ip.Is6() {
-		family = netlink.FAMILY_V6
-	}
-	list, err := h.NeighList(link.Attrs().Index, family)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range list {
-		if n.IP.Equal(ip.AsSlice()) && len(n.HardwareAddr) == 6 && n.State&(netlink.NUD_FAILED|netlink.NUD_INCOMPLETE) == 0 {
-			return n.HardwareAddr
-		}
-	}
-	return nil
+	return mac
 }
 
 // neighbourVia has the client's kernel resolve ip (it sends a datagram
@@ -178,7 +161,7 @@ func (c *lanClient) neighbourVia(t testing.TB, ip netip.Addr, timeout time.Durat
 	t.Helper()
 	var mac net.HardwareAddr
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		err := c.inNetns(func() error {
+		err := c.Do(func() error {
 			conn, err := net.Dial("udp", net.JoinHostPort(ip.String(), "9"))
 			if err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdlayher/arp"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,8 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mdlayher/arp"
-
+	"github.com/labcloud/labcloud/lab/lanprobe"
 	"github.com/labcloud/labcloud/lb"
 	"github.com/labcloud/labcloud/provider"
 )
@@ -274,7 +274,7 @@ func waitNodeARP(t testing.TB, c *lanClient, ip netip.Addr, macs map[string]net.
 		node string
 	)
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		mac, err := c.resolve(ip, 300*time.Millisecond)
+		mac, err := c.Resolve(ip, 300*time.Millisecond)
 		if err != nil {
 			return false, err
 		}
@@ -531,12 +531,12 @@ func TestLoadBalancerIPConflict(t *testing.T) {
 	// controller's next retry (5 s back-off): only the rogue may answer.
 	deadline := time.Now().Add(6 * time.Second)
 	for time.Now().Before(deadline) {
-		if err := arps.request(taken); err != nil {
+		if err := arps.Request(taken); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond) // request pacing, not an assertion
 	}
-	answers := arps.answerMACs(taken)
+	answers := arps.AnswerMACs(taken, time.Time{})
 	if len(answers) == 0 {
 		t.Fatalf("nobody answered for %s; the rogue should", taken)
 	}
@@ -581,14 +581,14 @@ func TestLoadBalancerFailoverGratuitousARP(t *testing.T) {
 		since := time.Now()
 		cause()
 		var to string
-		var garp arpFrame
+		var garp lanprobe.Frame
 		err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
 			for n, m := range macs {
 				if n == from {
 					continue
 				}
-				if f, ok := arps.firstGratuitous(vip, m, since); ok {
-					to, garp = n, f
+				if fs := arps.Announced(vip, m, since); len(fs) > 0 {
+					to, garp = n, fs[0]
 					return true, nil
 				}
 			}
@@ -597,12 +597,12 @@ func TestLoadBalancerFailoverGratuitousARP(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: no gratuitous ARP for %s with another node's MAC within 15s", why, vip)
 		}
-		t.Logf("%s: first gratuitous ARP for %s via %s (%s) %s after the cause", why, vip, to, garp.p.Operation, garp.at.Sub(since).Round(time.Millisecond))
+		t.Logf("%s: first gratuitous ARP for %s via %s (%s) %s after the cause", why, vip, to, garp.Op, garp.At.Sub(since).Round(time.Millisecond))
 		// Both forms (request and reply) are sent; wait for the pair.
 		err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 			var ops []arp.Operation
-			for _, f := range arps.gratuitousFrom(vip, macs[to], since) {
-				ops = append(ops, f.p.Operation)
+			for _, f := range arps.Announced(vip, macs[to], since) {
+				ops = append(ops, f.Op)
 			}
 			return slices.Contains(ops, arp.OperationRequest) && slices.Contains(ops, arp.OperationReply), nil
 		})

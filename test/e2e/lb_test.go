@@ -69,7 +69,7 @@ func TestLoadBalancerVIPAnnouncedAndReleased(t *testing.T) {
 		t.Errorf("finalizers = %v, want the load-balancer cleanup finalizer", svc.Finalizers)
 	}
 
-	mac, err := client.resolve(vip, time.Second)
+	mac, err := client.Resolve(vip, time.Second)
 	if err != nil || mac == nil {
 		t.Fatalf("no ARP answer for %s: %v", vip, err)
 	}
@@ -86,7 +86,7 @@ func TestLoadBalancerVIPAnnouncedAndReleased(t *testing.T) {
 		t.Errorf("host neighbour entry for %s = %v, want %s", vip, got, mac)
 	}
 	// Only owned VIPs are answered.
-	if other, err := client.resolve(netip.MustParseAddr("10.88.0.29"), 500*time.Millisecond); err != nil || other != nil {
+	if other, err := client.Resolve(netip.MustParseAddr("10.88.0.29"), 500*time.Millisecond); err != nil || other != nil {
 		t.Errorf("ARP for an unassigned pool address answered with %v (%v)", other, err)
 	}
 

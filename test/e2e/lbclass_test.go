@@ -38,7 +38,7 @@ func TestLoadBalancerClass(t *testing.T) {
 	if svc.Spec.LoadBalancerClass == nil || len(svc.Finalizers) != 1 {
 		t.Errorf("classed Service: class %v, finalizers %v", svc.Spec.LoadBalancerClass, svc.Finalizers)
 	}
-	mac, err := client.resolve(vip, time.Second)
+	mac, err := client.Resolve(vip, time.Second)
 	if err != nil || mac == nil {
 		t.Fatalf("no ARP answer for the classed Service's VIP %s: %v", vip, err)
 	}

@@ -30,7 +30,7 @@ func TestLBFaultsLeaderKilled(t *testing.T) {
 	if missed != 0 || len(wrong) != 0 {
 		t.Errorf("VIP %s across leader failover: %d of %d probes unanswered, other MACs %v", vip, missed, sent, wrong)
 	}
-	if macsSeen := capture.answerMACs(vip); len(macsSeen) != 1 {
+	if macsSeen := capture.AnswerMACs(vip, time.Time{}); len(macsSeen) != 1 {
 		t.Errorf("answers for %s came with MACs %v, want only %s", vip, macsSeen, macs[answering])
 	}
 	if second.proc.Exited() {

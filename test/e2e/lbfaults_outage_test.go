@@ -74,7 +74,7 @@ func TestLBFaultsAPIServerOutage(t *testing.T) {
 	if missed != 0 || len(wrong) != 0 {
 		t.Errorf("VIP %s across a 60 s API server outage: %d of %d probes unanswered, other MACs %v", vip, missed, sent, wrong)
 	}
-	if macsSeen := capture.answerMACs(vip); len(macsSeen) != 1 {
+	if macsSeen := capture.AnswerMACs(vip, time.Time{}); len(macsSeen) != 1 {
 		t.Errorf("answers for %s came with MACs %v, want only %s", vip, macsSeen, macs[answering])
 	}
 	if second.proc.Exited() {
@@ -117,7 +117,7 @@ func TestLBUnknownNodeKeepsItsVIP(t *testing.T) {
 	}
 
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, placement.UnknownHold+15*time.Second, true, func(context.Context) (bool, error) {
-		mac, err := client.resolve(vip, 300*time.Millisecond)
+		mac, err := client.Resolve(vip, 300*time.Millisecond)
 		return err == nil && mac.String() == macs[other].String(), nil
 	})
 	after := time.Since(unknownAt)

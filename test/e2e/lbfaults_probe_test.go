@@ -30,7 +30,7 @@ func probeARP(t testing.TB, c *lanClient, vip netip.Addr, want net.HardwareAddr)
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			mac, err := c.resolve(vip, 180*time.Millisecond)
+			mac, err := c.Resolve(vip, 180*time.Millisecond)
 			p.mu.Lock()
 			p.sent++
 			switch {

@@ -219,7 +219,7 @@ spec:
 		t.Fatalf("%s's replica leads: %v (%v); want the first host's", hosts[0].Name, leads, err)
 	}
 	client := newLANClient(t)
-	before := client.waitARP(t, lostVIP, 30*time.Second)
+	before := waitARP(t, client, lostVIP, 30*time.Second)
 	leader := st.Pids[lab.CCMProcess]
 	if err := syscall.Kill(leader, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ spec:
 	}
 	t.Cleanup(resume)
 	for i := range 5 {
-		mac, err := client.arp(lostVIP, time.Second)
+		mac, err := resolve(client, lostVIP, time.Second)
 		if err != nil || mac.String() != before.String() {
 			t.Errorf("ARP request %d for %s with the leader stopped: %v %v, want %s", i, lostVIP, mac, err, before)
 		}
@@ -254,14 +254,14 @@ spec:
 	if movingVIP == "" {
 		t.Fatalf("no IPv4 VIP placed on %s's node", hosts[0].Name)
 	}
-	was := client.waitARP(t, movingVIP, 30*time.Second)
+	was := waitARP(t, client, movingVIP, 30*time.Second)
 	destroyed := time.Now()
 	if err := lab.NodeAction(st, from, "stop"); err != nil {
 		t.Fatal(err)
 	}
 	var movedAfter time.Duration
 	eventually(t, movingVIP+" answered for the second host's node", 30*time.Second, 10*time.Millisecond, func() string {
-		mac, err := client.arp(movingVIP, 200*time.Millisecond)
+		mac, err := resolve(client, movingVIP, 200*time.Millisecond)
 		if err != nil || mac.String() == was.String() {
 			return fmt.Sprintf("ARP answer %v %v", mac, err)
 		}

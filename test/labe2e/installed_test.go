@@ -8,18 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/mdlayher/arp"
-	"github.com/vishvananda/netns"
-
 	"github.com/labcloud/labcloud/internal/e2etest"
 	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/lanprobe"
 	"github.com/labcloud/labcloud/test/systemdroot"
 )
 
@@ -110,8 +107,8 @@ func checkInstalled(t *testing.T, l *labcloud, vip string, pods map[string]strin
 		}
 		return ""
 	})
-	mac := client.waitARP(t, vip, 60*time.Second)
-	got := client.curl(t, vip)
+	mac := waitARP(t, client, vip, 60*time.Second)
+	got := client.Hostname(vip, 3*time.Second)
 	if _, ok := pods[got]; !ok {
 		t.Fatalf("HTTP to %s from the LAN client: %q, want a web pod's name", vip, got)
 	}
@@ -136,9 +133,9 @@ func checkInstalled(t *testing.T, l *labcloud, vip string, pods map[string]strin
 
 	// A restart loses no answer: clients keep their entries, the new
 	// process stands in from the host's record until it leads.
-	probe := client.probe(vip)
+	probe := startProbe(client, vip)
 	run("systemctl", "restart", unitName)
-	client.waitARP(t, vip, 30*time.Second)
+	waitARP(t, client, vip, 30*time.Second)
 	time.Sleep(3 * time.Second)
 	r := probe()
 	t.Logf("systemctl restart: %s", r)
@@ -148,7 +145,7 @@ func checkInstalled(t *testing.T, l *labcloud, vip string, pods map[string]strin
 
 	// A SIGKILL: systemd starts it again; answers resume after its RestartSec.
 	pid := run("systemctl", "show", "-P", "MainPID", unitName)
-	probe = client.probe(vip)
+	probe = startProbe(client, vip)
 	killed := time.Now()
 	run("systemctl", "kill", "-s", "KILL", unitName)
 	eventually(t, "systemd restarts the killed CCM", 60*time.Second, 200*time.Millisecond, func() string {
@@ -157,7 +154,7 @@ func checkInstalled(t *testing.T, l *labcloud, vip string, pods map[string]strin
 		}
 		return ""
 	})
-	client.waitARP(t, vip, 30*time.Second)
+	waitARP(t, client, vip, 30*time.Second)
 	r = probe()
 	t.Logf("systemctl kill -s KILL: answered again by ARP %.1fs after the kill; %s", time.Since(killed).Seconds(), r)
 	if r.httpFailed > 0 {
@@ -237,91 +234,41 @@ func inLab(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// lanClient is a host on the lab's bridge, in a namespace of its own: it
-// asks for VIPs as any machine on the LAN does.
-type lanClient struct {
-	ns   string
-	ifi  string
-	addr netip.Addr
-}
-
-func newLANClient(t *testing.T) *lanClient {
+// newLANClient plugs a machine into the lab's bridge (lanprobe), at .252
+// of the lab's network, until the test ends: it asks for VIPs as any
+// machine on the LAN does.
+func newLANClient(t *testing.T) *lanprobe.Client {
 	t.Helper()
-	c := &lanClient{ns: fmt.Sprintf("lc-lan-%d", os.Getpid()), ifi: "lan0", addr: netip.MustParseAddr("10.123.0.252")}
-	host := fmt.Sprintf("lclan%d", os.Getpid()%100000)
-	for _, args := range [][]string{
-		{"netns", "add", c.ns},
-		{"link", "add", host, "type", "veth", "peer", "name", c.ifi, "netns", c.ns},
-		{"link", "set", host, "netns", lab.Netns},
-		{"-n", lab.Netns, "link", "set", host, "master", lab.Bridge, "up"},
-		{"-n", c.ns, "addr", "add", c.addr.String() + "/24", "dev", c.ifi},
-		{"-n", c.ns, "link", "set", c.ifi, "up"},
-		{"-n", c.ns, "link", "set", "lo", "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+	c, err := lanprobe.New(lanprobe.Options{Bridge: lab.Bridge, BridgeNetns: lab.Netns, Port: fmt.Sprintf("lclan%d", os.Getpid()%100000),
+		Addr: netip.MustParsePrefix("10.123.0.252/24"), Netns: fmt.Sprintf("lc-lan-%d", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", c.ns).Run() })
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-// arp sends one ARP request for ip and returns the MAC that answers
-// within timeout.
-func (c *lanClient) arp(ip string, timeout time.Duration) (net.HardwareAddr, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return nil, err
+// resolve sends one ARP request for ip from c and returns the MAC that
+// answers within timeout, an error when none does.
+func resolve(c *lanprobe.Client, ip string, timeout time.Duration) (net.HardwareAddr, error) {
+	mac, err := c.Resolve(netip.MustParseAddr(ip), timeout)
+	if err == nil && mac == nil {
+		err = fmt.Errorf("no ARP answer for %s within %s", ip, timeout)
 	}
-	defer orig.Close()
-	target, err := netns.GetFromName(c.ns)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return nil, err
-	}
-	ifi, err := net.InterfaceByName(c.ifi)
-	var client *arp.Client
-	if err == nil {
-		client, err = arp.Dial(ifi)
-	}
-	if serr := netns.Set(orig); serr != nil {
-		panic(fmt.Sprintf("restore the test's network namespace: %v", serr)) // the thread would serve others from the wrong one
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-	if err := client.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, err
-	}
-	return client.Resolve(netip.MustParseAddr(ip))
+	return mac, err
 }
 
-func (c *lanClient) waitARP(t *testing.T, ip string, timeout time.Duration) net.HardwareAddr {
+func waitARP(t *testing.T, c *lanprobe.Client, ip string, timeout time.Duration) net.HardwareAddr {
 	t.Helper()
 	var mac net.HardwareAddr
 	eventually(t, "ARP answer for "+ip+" on the LAN", timeout, 200*time.Millisecond, func() string {
 		var err error
-		if mac, err = c.arp(ip, 500*time.Millisecond); err != nil {
+		if mac, err = resolve(c, ip, 500*time.Millisecond); err != nil {
 			return err.Error()
 		}
 		return ""
 	})
 	return mac
-}
-
-func (c *lanClient) curl(t *testing.T, ip string) string {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", c.ns, "curl", "-s", "-m", "3", "http://"+ip+"/hostname").CombinedOutput()
-	if err != nil {
-		t.Fatalf("curl %s from the LAN client: %v\n%s", ip, err, out)
-	}
-	return string(out)
 }
 
 type probeResult struct {
@@ -332,9 +279,9 @@ func (r probeResult) String() string {
 	return fmt.Sprintf("%d/%d HTTP requests failed, %d/%d ARP requests unanswered", r.httpFailed, r.http, r.arpMissed, r.arpAsked)
 }
 
-// probe asks for ip over HTTP (a new connection each 200 ms) and ARP
+// startProbe asks for ip over HTTP (a new connection each 200 ms) and ARP
 // until the returned function is called, which says how many failed.
-func (c *lanClient) probe(ip string) func() probeResult {
+func startProbe(c *lanprobe.Client, ip string) func() probeResult {
 	var (
 		mu   sync.Mutex
 		r    probeResult
@@ -354,16 +301,16 @@ func (c *lanClient) probe(ip string) func() probeResult {
 	}
 	wg.Add(2)
 	go loop(func() {
-		err := exec.Command("ip", "netns", "exec", c.ns, "curl", "-s", "-o", "/dev/null", "-m", "2", "http://"+ip+"/hostname").Run()
+		answered := c.Hostname(ip, 2*time.Second) != ""
 		mu.Lock()
 		r.http++
-		if err != nil {
+		if !answered {
 			r.httpFailed++
 		}
 		mu.Unlock()
 	})
 	go loop(func() {
-		_, err := c.arp(ip, 500*time.Millisecond)
+		_, err := resolve(c, ip, 500*time.Millisecond)
 		mu.Lock()
 		r.arpAsked++
 		if err != nil {
