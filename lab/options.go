@@ -55,6 +55,11 @@ type Options struct {
 	// InsecureRegistries are registries (HOST[:PORT]) the nodes pull
 	// from over plain HTTP (full lab only).
 	InsecureRegistries []string
+	// Fresh boots the lab even when a snapshot of its shape is stored
+	// (the boot's snapshot then replaces it).
+	Fresh bool
+	// NoSnapshot takes no snapshot of the booted lab.
+	NoSnapshot bool
 	// Wait is how long up waits for the Nodes; 0 means DefaultWait, or for
 	// a light lab 3 minutes plus 100 ms per node.
 	Wait time.Duration

@@ -36,6 +36,9 @@ func main() {
 	defer cancel()
 	if err := root().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "labcloud:", err)
+		if errors.Is(err, up.ErrRestoreFailed) {
+			os.Exit(restoreFailedExit)
+		}
 		os.Exit(1)
 	}
 }
@@ -59,7 +62,7 @@ func root() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&dir, "state-dir", dir, "where the running lab keeps its files")
 	cmd.AddCommand(upCmd(&dir), downCmd(&dir), statusCmd(&dir), execCmd(&dir), routerCmd(&dir), nodeCmd(&dir), benchCmd(&dir), chaosCmd(&dir), e2eCmd(&dir),
 		logsCmd(&dir), exportCmd(&dir), kubeconfigCmd(&dir), versionCmd(&dir), simulateCmd(), forwardCmd())
-	cmd.AddCommand(loadCmd(&dir), registryCmd())
+	cmd.AddCommand(loadCmd(&dir), registryCmd(), snapshotCmd())
 	return cmd
 }
 
@@ -170,51 +173,20 @@ func upCmd(dir *string) *cobra.Command {
 					return err
 				}
 			}
-			// A namespace of that name belongs to a lab that is up (it holds
-			// the host lock) or is a leftover of a crashed run: wait for the
-			// lock before removing it.
-			release, err := libvirtd.Lock(cmd.Context(), func() {
-				fmt.Fprintln(cmd.ErrOrStderr(), "waiting for an e2e run or another lab to release the host")
-			})
-			if err != nil {
+			if err := makeNamespaces(cmd, opts); err != nil {
 				return err
 			}
-			// Made here, in the host's mount namespace: one made inside
-			// the lab's namespace (ip netns exec gives up a mount namespace
-			// of its own) would have no name anywhere else.
-			err = lab.MakeNamespaces(opts)
-			release()
-			if err != nil {
-				return err
+			err = upInNetns(cmd, *dir, opts)
+			if exitCode(err) == restoreFailedExit {
+				// The snapshot is gone: what the restore made goes, and
+				// the lab boots.
+				afterFailedUp(cmd.Context(), cmd.ErrOrStderr(), *dir, failureLogs, false)
+				if err := makeNamespaces(cmd, opts); err != nil {
+					return err
+				}
+				opts.Fresh = true
+				err = upInNetns(cmd, *dir, opts)
 			}
-			// The API server's port on the host's loopback: made here, in
-			// the host's namespace, and served from the lab's.
-			hostListener, err := relay.ListenHost()
-			if err != nil {
-				return err
-			}
-			args := []string{"up", "--nodes", fmt.Sprint(opts.Nodes), "--hosts", fmt.Sprint(opts.Hosts), "--state-dir", *dir, "--host-listener-fd=3", "--ip-family", string(opts.IPFamily),
-				fmt.Sprintf("--light=%t", opts.Light), fmt.Sprintf("--routed=%t", opts.Routed)}
-			if opts.Wait > 0 {
-				args = append(args, "--wait", opts.Wait.String())
-			}
-			for _, f := range opts.CCMFlags {
-				args = append(args, "--ccm-flag="+f)
-			}
-			if opts.CloudConfig != "" {
-				args = append(args, "--cloud-config", opts.CloudConfig)
-			}
-			for _, r := range opts.InsecureRegistries {
-				args = append(args, "--insecure-registry="+r)
-			}
-			if opts.Subnet != "" {
-				args = append(args, "--subnet", opts.Subnet)
-			}
-			if opts.PodCIDR != "" {
-				args = append(args, "--pod-cidr", opts.PodCIDR)
-			}
-			err = inNetnsWith(cmd.Context(), []*os.File{hostListener}, args...)
-			hostListener.Close()
 			if err != nil {
 				afterFailedUp(cmd.Context(), cmd.ErrOrStderr(), *dir, failureLogs, keep)
 				return fmt.Errorf("up: %w", err)
@@ -242,6 +214,8 @@ func upCmd(dir *string) *cobra.Command {
 	f.IntVar(&opts.Nodes, "nodes", opts.Nodes, fmt.Sprintf("number of nodes: guest VMs (1-%d), or simulated nodes with --light (1-%d)", lab.MaxNodes, lab.MaxLightNodes))
 	f.IntVar(&opts.Hosts, "hosts", 1, fmt.Sprintf("number of hypervisor hosts (1-%d): each a namespace with its own libvirtd, bridge and CCM replica, the bridges on one LAN with the FRR router; guests spread round robin (full lab, not with --cloud-config)", lab.MaxHosts))
 	f.BoolVar(&opts.Routed, "routed", false, "with --hosts: each host on a segment of its own, routed by the router, VIPs announced over BGP (IPv4)")
+	f.BoolVar(&opts.Fresh, "fresh", false, "boot even when a snapshot of a lab of this shape is stored (labcloud snapshot list); the boot's snapshot replaces it")
+	f.BoolVar(&opts.NoSnapshot, "no-snapshot", false, "take no snapshot of the booted lab for the next up to restore")
 	f.BoolVar(&keep, "keep-on-failure", keep, "leave a failed lab in place for inspection")
 	f.StringVar(&failureLogs, "logs-on-failure", "", "where a failed up writes its logs export (default: a new directory labcloud-up-failed-* under $TMPDIR or /tmp)")
 	f.BoolVar(&opts.Light, "light", opts.Light, "no guests and no libvirtd: libvirt's test driver and simulated nodes")
@@ -259,6 +233,70 @@ func upCmd(dir *string) *cobra.Command {
 
 // afterFailedUp writes the logs export of a failed up into logsDir (a new
 // temporary directory when "") and, unless keep, removes what up made. It
+// makeNamespaces makes the lab's namespaces once no other lab or e2e run
+// holds the host. A namespace of that name belongs to a lab that is up (it
+// holds the host lock) or is a leftover of a crashed run: the lock comes
+// first. The namespaces are made here, in the host's mount namespace: one
+// made inside the lab's namespace (ip netns exec gives up a mount
+// namespace of its own) would have no name anywhere else.
+func makeNamespaces(cmd *cobra.Command, opts lab.Options) error {
+	release, err := libvirtd.Lock(cmd.Context(), func() {
+		fmt.Fprintln(cmd.ErrOrStderr(), "waiting for an e2e run or another lab to release the host")
+	})
+	if err != nil {
+		return err
+	}
+	defer release()
+	return lab.MakeNamespaces(opts)
+}
+
+// upInNetns runs up inside the lab's namespace, made before.
+func upInNetns(cmd *cobra.Command, dir string, opts lab.Options) error {
+	// The API server's port on the host's loopback: made here, in
+	// the host's namespace, and served from the lab's.
+	hostListener, err := relay.ListenHost()
+	if err != nil {
+		return err
+	}
+	args := []string{"up", "--nodes", fmt.Sprint(opts.Nodes), "--hosts", fmt.Sprint(opts.Hosts), "--state-dir", dir, "--host-listener-fd=3", "--ip-family", string(opts.IPFamily),
+		fmt.Sprintf("--light=%t", opts.Light), fmt.Sprintf("--routed=%t", opts.Routed),
+		fmt.Sprintf("--fresh=%t", opts.Fresh), fmt.Sprintf("--no-snapshot=%t", opts.NoSnapshot)}
+	if opts.Wait > 0 {
+		args = append(args, "--wait", opts.Wait.String())
+	}
+	for _, f := range opts.CCMFlags {
+		args = append(args, "--ccm-flag="+f)
+	}
+	if opts.CloudConfig != "" {
+		args = append(args, "--cloud-config", opts.CloudConfig)
+	}
+	for _, r := range opts.InsecureRegistries {
+		args = append(args, "--insecure-registry="+r)
+	}
+	if opts.Subnet != "" {
+		args = append(args, "--subnet", opts.Subnet)
+	}
+	if opts.PodCIDR != "" {
+		args = append(args, "--pod-cidr", opts.PodCIDR)
+	}
+	err = inNetnsWith(cmd.Context(), []*os.File{hostListener}, args...)
+	hostListener.Close()
+	return err
+}
+
+// restoreFailedExit is the exit status of an up inside the namespace
+// whose restore failed: the snapshot is removed, and the outer up boots.
+const restoreFailedExit = 75
+
+// exitCode is the exit status of a command that ended with err, or -1.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
 // says on w what it did; up's own error is the caller's to return.
 func afterFailedUp(ctx context.Context, w io.Writer, stateDir, logsDir string, keep bool) {
 	exportFailedUp(ctx, w, stateDir, logsDir)

@@ -98,18 +98,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 // and AdminKube are set, so clients (a booting node) can be configured
 // before anything listens.
 func New(opts Options) (*ControlPlane, error) {
-	if opts.Address == "" {
-		opts.Address = "127.0.0.1"
-	}
-	if opts.ServiceCIDR == "" {
-		opts.ServiceCIDR = "10.96.0.0/16"
-	}
-	if opts.NodeCIDRMaskSize == 0 {
-		opts.NodeCIDRMaskSize = 24
-	}
-	if opts.NodeCIDRMaskSizeIPv6 == 0 {
-		opts.NodeCIDRMaskSizeIPv6 = 64
-	}
+	opts = opts.withDefaults()
 	if opts.Port == 0 {
 		opts.Port = freePort()
 	}
@@ -123,6 +112,45 @@ func New(opts Options) (*ControlPlane, error) {
 	}
 	cp := &ControlPlane{opts: opts}
 	return cp, cp.writeCredentials()
+}
+
+// withDefaults fills what opts leaves to the control plane.
+func (opts Options) withDefaults() Options {
+	if opts.Address == "" {
+		opts.Address = "127.0.0.1"
+	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = "10.96.0.0/16"
+	}
+	if opts.NodeCIDRMaskSize == 0 {
+		opts.NodeCIDRMaskSize = 24
+	}
+	if opts.NodeCIDRMaskSizeIPv6 == 0 {
+		opts.NodeCIDRMaskSizeIPv6 = 64
+	}
+	return opts
+}
+
+// Reopen is New for a directory whose credentials and etcd data are
+// already there (a restored snapshot): nothing is written, and the
+// control plane is the one those files describe. opts.Port must be the
+// port the credentials were written for.
+func Reopen(opts Options) (*ControlPlane, error) {
+	if opts.Address == "" || opts.Port == 0 {
+		return nil, errors.New("reopening a control plane needs its address and port")
+	}
+	opts = opts.withDefaults()
+	ca, err := os.ReadFile(filepath.Join(opts.Dir, "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("control plane in %s: %w", opts.Dir, err)
+	}
+	cp := &ControlPlane{opts: opts, CAData: ca}
+	cp.URL = fmt.Sprintf("https://%s", net.JoinHostPort(opts.Address, strconv.Itoa(opts.Port)))
+	cp.AdminKube = cp.path("admin.kubeconfig")
+	if _, err := os.Stat(cp.AdminKube); err != nil {
+		return nil, fmt.Errorf("control plane in %s: %w", opts.Dir, err)
+	}
+	return cp, nil
 }
 
 // Run starts etcd, kube-apiserver, kube-controller-manager and, when

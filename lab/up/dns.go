@@ -198,11 +198,18 @@ func (a *DNS) Execute(ctx context.Context, env *Env) error {
 	}
 	st.Pids[lab.DNSPid] = p.Pid()
 	dns := kubeDNS(fam)
-	if _, err := client.CoreV1().Services("kube-system").Create(ctx, dns, metav1.CreateOptions{}); err != nil {
+	// A restored lab has them already (creating the Service again fails
+	// on its cluster IP, before its name is looked at).
+	if _, err := client.CoreV1().Services("kube-system").Get(ctx, dns.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		_, err = client.CoreV1().Services("kube-system").Create(ctx, dns, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("service kube-system/kube-dns: %w", err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("service kube-system/kube-dns: %w", err)
 	}
 	for _, s := range kubeDNSEndpoints(fam) {
-		if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("endpoint slice %s of kube-system/kube-dns: %w", s.Name, err)
 		}
 	}

@@ -49,13 +49,41 @@ func (a *FirstAnswer) stop() {
 }
 
 // AwaitFirstAnswer returns the first answer's result, printing its
-// timeline, and deletes the pod and the Service.
+// timeline; FirstAnswer.stop deletes the pod and the Service after (a
+// snapshot taken in between keeps them for the restored lab's answer).
 type AwaitFirstAnswer struct {
 	FirstAnswer *FirstAnswer
 }
 
 func (a *AwaitFirstAnswer) Execute(_ context.Context, env *Env) error {
 	return a.FirstAnswer.run.await(env.Opts.Out)
+}
+
+// RestoredAnswer waits up to Wait for the first answer's pod, restored
+// with the lab, to answer through its Service's VIP again.
+type RestoredAnswer struct {
+	Cluster *Cluster
+	Wait    time.Duration
+	FirstAnswer
+}
+
+func (a *RestoredAnswer) Execute(ctx context.Context, env *Env) error {
+	client := a.Cluster.Client
+	svc, err := client.CoreV1().Services("default").Get(ctx, firstAnswerApp, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the snapshot's first answer: %w", err)
+	}
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + firstAnswerApp})
+	if err != nil {
+		return err
+	}
+	if len(pods.Items) != 1 {
+		return fmt.Errorf("the snapshot holds %d first-answer pods, want 1", len(pods.Items))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a.run = &firstAnswerRun{client: client, pod: &pods.Items[0], svc: svc, created: time.Now(), done: make(chan error, 1), cancel: cancel}
+	go func() { a.run.done <- a.run.wait(ctx, a.Wait) }()
+	return a.run.await(env.Opts.Out)
 }
 
 // firstAnswerRun is the first answer's pod and Service, created before
@@ -108,10 +136,8 @@ func startFirstAnswer(ctx context.Context, client kubernetes.Interface, timeout 
 	return r, nil
 }
 
-// await returns the wait's result, printing the timeline of an answer,
-// and deletes the pod and the Service.
+// await returns the wait's result, printing the timeline of an answer.
 func (r *firstAnswerRun) await(out io.Writer) error {
-	defer r.stop()
 	err := <-r.done
 	if err == nil {
 		fmt.Fprintf(out, "           %s\n", r.timeline)

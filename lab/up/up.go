@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/labcloud/labcloud/lab"
+	"github.com/labcloud/labcloud/lab/snapshot"
 )
 
 // Full brings a lab of real guests up. It must run as root inside the
@@ -28,6 +29,18 @@ func Full(ctx context.Context, opts lab.Options) (*lab.State, error) {
 	bins := do(r, "build CCM and lab-node", &Binaries{})
 	img := do(r, "guest boot image", &BootImage{})
 	disk := do(r, "node root disk", &RootDisk{Tools: tools, Binaries: bins, Image: img})
+	var key snapshot.Key
+	if r.err == nil && snapshotsFit(st) && !(opts.Fresh && opts.NoSnapshot) {
+		if key, r.err = snapshotKey(r.env, tools, img, disk); r.err != nil {
+			return st, r.err
+		}
+		if m, ok := lab.Snapshots().Find(key); ok && !opts.Fresh {
+			if err := restore(r, m, tools, bins); err != nil {
+				return st, restoreFailed(r.env, m, err)
+			}
+			return st, st.Save()
+		}
+	}
 	do(r, "claim the host's libvirtd", &ClaimHost{})
 	do(r, "libvirtd", &Libvirtd{})
 	do(r, fmt.Sprintf("libvirt network %s (%s)", lab.NetworkName, st.IPFamily), &Network{})
@@ -56,12 +69,48 @@ func Full(ctx context.Context, opts lab.Options) (*lab.State, error) {
 	fa := do(r, "first answer's pod and LoadBalancer Service", &FirstAnswer{Cluster: &cp.Cluster, Wait: wait + firstAnswerBound})
 	do(r, "nodes registered, initialized, routed", &WaitNodes{Cluster: &cp.Cluster, Wait: wait})
 	do(r, lab.FirstAnswerStep, &AwaitFirstAnswer{FirstAnswer: fa})
+	if r.err == nil {
+		fmt.Fprintf(opts.Out, "lab up in %.1fs\n", time.Since(r.start).Seconds())
+		if key != nil && !opts.NoSnapshot {
+			do(r, "snapshot for the next up", &TakeSnapshot{Key: key, Credentials: creds})
+		}
+	}
+	fa.stop()
 	if r.err != nil {
-		fa.stop()
 		return st, r.err
 	}
-	fmt.Fprintf(opts.Out, "lab up in %.1fs\n", time.Since(r.start).Seconds())
 	return st, st.Save()
+}
+
+// restore brings the lab of snapshot m up: the host's daemons and network
+// as a fresh up starts them, the control plane and the guests as m holds
+// them, the CCM as shipped; it ends, as a fresh up does, with the first
+// answer through a VIP.
+func restore(r *run, m snapshot.Meta, tools *Tools, bins *Binaries) error {
+	st, opts := r.env.State, r.env.Opts
+	r.env.say("restoring snapshot %s (taken %s; up --fresh boots instead)", m.ID, m.Created.Local().Format(time.DateTime))
+	do(r, "claim the host's libvirtd", &ClaimHost{})
+	do(r, "libvirtd", &Libvirtd{})
+	do(r, "DHCP leases from the snapshot", &RestoreLeases{Snapshot: m})
+	do(r, fmt.Sprintf("libvirt network %s (%s)", lab.NetworkName, st.IPFamily), &Network{})
+	do(r, "multipath hash per connection", &Multipath{})
+	do(r, "image registry (labcloud load)", &Registry{})
+	creds := do(r, "control plane from the snapshot", &RestoredCredentials{Tools: tools, Snapshot: m})
+	do(r, fmt.Sprintf("restore %d guests", len(m.Guests)), &RestoreGuests{Snapshot: m})
+	cp := do(r, "etcd, kube-apiserver, kube-controller-manager, kube-scheduler", &ControlPlane{Tools: tools, Credentials: &creds.Credentials})
+	do(r, "leader leases of the snapshot's processes released", &ReleaseLeases{Cluster: &cp.Cluster})
+	if opts.HostListener != nil {
+		do(r, "API server on the host's loopback", &Forwarder{Cluster: &cp.Cluster})
+	}
+	do(r, "cluster DNS (CoreDNS)", &DNS{Tools: tools, Credentials: &creds.Credentials, Cluster: &cp.Cluster})
+	do(r, "LAN router (FRR, BGP)", &Router{})
+	do(r, "libvirt-cloud-controller-manager", &CCM{Binaries: bins, Cluster: &cp.Cluster})
+	fa := do(r, lab.FirstAnswerStep, &RestoredAnswer{Cluster: &cp.Cluster, Wait: time.Minute})
+	fa.stop()
+	if r.err == nil {
+		fmt.Fprintf(opts.Out, "lab up in %.1fs (restored from snapshot %s)\n", time.Since(r.start).Seconds(), m.ID)
+	}
+	return r.err
 }
 
 // Light brings the light lab up: simulated nodes on libvirt's test
