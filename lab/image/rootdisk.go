@@ -87,8 +87,15 @@ func BuildRootDisk(ctx context.Context, opts DiskOptions) (Disk, error) {
 	if err != nil {
 		return Disk{}, err
 	}
-	key, err := diskKey(files)
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return Disk{}, fmt.Errorf("root disk output directory: %w", err)
+	}
+	sums := loadSums(filepath.Join(opts.Out, "node-root.sums"))
+	key, err := diskKey(files, sums)
 	if err != nil {
+		return Disk{}, err
+	}
+	if err := sums.save(); err != nil {
 		return Disk{}, err
 	}
 	d := Disk{Path: filepath.Join(opts.Out, "node-root.ext4"), Key: key}
@@ -96,9 +103,6 @@ func BuildRootDisk(ctx context.Context, opts DiskOptions) (Disk, error) {
 	if b, err := os.ReadFile(keyFile); err == nil && strings.TrimSpace(string(b)) == key && exists(d.Path) {
 		d.Cached = true
 		return d, nil
-	}
-	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
-		return Disk{}, fmt.Errorf("root disk output directory: %w", err)
 	}
 	_ = os.Remove(keyFile) // the key goes last: a half-built disk is never reused
 	stage := filepath.Join(opts.Out, "node-root.stage")
@@ -327,7 +331,7 @@ var zstModulePath = regexp.MustCompile(`\.ko\.zst\b`)
 
 // diskKey hashes every file's path, mode and content (or link target), in
 // path order, with the format version and the image recipes.
-func diskKey(files map[string]diskFile) (string, error) {
+func diskKey(files map[string]diskFile, sums *sums) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s\n", diskFormatVersion, imagesVersion)
 	for _, p := range sortedKeys(files) {
@@ -341,15 +345,11 @@ func diskKey(files map[string]diskFile) (string, error) {
 		switch {
 		case f.link != "" || f.dir:
 		case f.src != "":
-			r, err := os.Open(f.src)
+			sum, err := sums.sum(f.src)
 			if err != nil {
 				return "", fmt.Errorf("root disk input: %w", err)
 			}
-			_, err = io.Copy(h, r)
-			r.Close()
-			if err != nil {
-				return "", fmt.Errorf("root disk input %s: %w", f.src, err)
-			}
+			h.Write(sum)
 		default:
 			h.Write(f.data)
 		}

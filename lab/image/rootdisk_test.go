@@ -95,7 +95,7 @@ func TestModulesDiskKey(t *testing.T) {
 		if err := addModules(files, src, "m"); err != nil {
 			t.Fatal(err)
 		}
-		k, err := diskKey(files)
+		k, err := diskKey(files, loadSums(""))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,18 +27,21 @@ type Cluster struct {
 type ControlPlane struct {
 	Tools       *Tools // kubectl
 	Credentials *Credentials
-	Cluster     // made
+	// Restored says etcd's data is a snapshot's, examples/rbac.yaml
+	// applied in it already.
+	Restored bool
+	Cluster  // made
 }
 
 func (a *ControlPlane) Execute(ctx context.Context, env *Env) (err error) {
 	a.CP = a.Credentials.ControlPlane
-	a.Client, err = runControlPlane(ctx, env.State, a.Tools, a.CP)
+	a.Client, err = runControlPlane(ctx, env.State, a.Tools, a.CP, !a.Restored)
 	return err
 }
 
 // runControlPlane starts cp's daemons, records them in the state, and
-// applies examples/rbac.yaml.
-func runControlPlane(ctx context.Context, st *lab.State, tools *Tools, cp *controlplane.ControlPlane) (kubernetes.Interface, error) {
+// applies examples/rbac.yaml when asked.
+func runControlPlane(ctx context.Context, st *lab.State, tools *Tools, cp *controlplane.ControlPlane, rbac bool) (kubernetes.Interface, error) {
 	err := cp.Run(ctx)
 	for _, p := range cp.Processes() {
 		st.Pids[p.Name] = p.Pid()
@@ -48,8 +51,8 @@ func runControlPlane(ctx context.Context, st *lab.State, tools *Tools, cp *contr
 	}
 	st.Kubeconfig, st.APIServer = cp.AdminKube, cp.URL
 	client, err := lab.AdminClient(cp.AdminKube)
-	if err != nil {
-		return nil, err
+	if err != nil || !rbac {
+		return client, err
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(tools.Dir, "kubectl"), "--kubeconfig", cp.AdminKube, "apply", "-f", "-")
 	cmd.Stdin = bytes.NewReader(examples.RBAC)

@@ -43,7 +43,7 @@ func (a *LightControlPlane) Execute(ctx context.Context, env *Env) (err error) {
 	if err != nil {
 		return err
 	}
-	if a.Client, err = runControlPlane(ctx, env.State, a.Tools, a.CP); err != nil {
+	if a.Client, err = runControlPlane(ctx, env.State, a.Tools, a.CP, true); err != nil {
 		return err
 	}
 	return grantSimulator(ctx, a.Client)

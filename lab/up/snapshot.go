@@ -196,11 +196,14 @@ func (a *RestoreLeases) Execute(context.Context, *Env) error {
 	return lab.Snapshots().RestoreFiles(a.Snapshot, snapLeases, filepath.Dir(leasesFile()))
 }
 
-// RestoreGuests starts the guests from their memory as the snapshot holds
-// it, with the files QEMU reads at start put back first, and records them
-// in the state.
+// RestoreGuests starts restoring the guests from their memory as the
+// snapshot holds it, with the files QEMU reads at start put back first,
+// and records them in the state. The restore runs beside the control
+// plane's start (a guest's kubelet retries until the API server answers);
+// AwaitGuests has its result.
 type RestoreGuests struct {
 	Snapshot snapshot.Meta
+	done     chan error // made: the restore's result
 }
 
 func (a *RestoreGuests) Execute(_ context.Context, env *Env) error {
@@ -216,10 +219,32 @@ func (a *RestoreGuests) Execute(_ context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
 	st.Nodes = append(st.Nodes, a.Snapshot.Guests...)
-	return store.RestoreGuests(c, a.Snapshot)
+	a.done = make(chan error, 1)
+	go func() {
+		defer c.Close()
+		a.done <- store.RestoreGuests(c, a.Snapshot)
+	}()
+	return nil
 }
+
+// wait returns the restore's result, once it is over (nil if it never
+// started).
+func (a *RestoreGuests) wait() error {
+	if a.done == nil {
+		return nil
+	}
+	err := <-a.done
+	a.done <- err // for a second wait
+	return err
+}
+
+// AwaitGuests waits for RestoreGuests to end.
+type AwaitGuests struct {
+	RestoreGuests *RestoreGuests
+}
+
+func (a *AwaitGuests) Execute(context.Context, *Env) error { return a.RestoreGuests.wait() }
 
 // ErrRestoreFailed is a restore that did not finish. The snapshot is
 // removed; what the restore made is for the caller to remove (labcloud up

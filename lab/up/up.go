@@ -96,8 +96,10 @@ func restore(r *run, m snapshot.Meta, tools *Tools, bins *Binaries) error {
 	do(r, "multipath hash per connection", &Multipath{})
 	do(r, "image registry (labcloud load)", &Registry{})
 	creds := do(r, "control plane from the snapshot", &RestoredCredentials{Tools: tools, Snapshot: m})
-	do(r, fmt.Sprintf("restore %d guests", len(m.Guests)), &RestoreGuests{Snapshot: m})
-	cp := do(r, "etcd, kube-apiserver, kube-controller-manager, kube-scheduler", &ControlPlane{Tools: tools, Credentials: &creds.Credentials})
+	guests := do(r, fmt.Sprintf("start restoring %d guests", len(m.Guests)), &RestoreGuests{Snapshot: m})
+	defer func() { _ = guests.wait() }() // nothing of the restore runs on after a failure
+	cp := do(r, "etcd, kube-apiserver, kube-controller-manager, kube-scheduler", &ControlPlane{Tools: tools, Credentials: &creds.Credentials, Restored: true})
+	do(r, "guests restored", &AwaitGuests{RestoreGuests: guests})
 	do(r, "leader leases of the snapshot's processes released", &ReleaseLeases{Cluster: &cp.Cluster})
 	if opts.HostListener != nil {
 		do(r, "API server on the host's loopback", &Forwarder{Cluster: &cp.Cluster})
