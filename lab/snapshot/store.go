@@ -139,7 +139,35 @@ func (w *Writer) Commit(guests []string) (Meta, error) {
 	if err := os.RemoveAll(final); err != nil {
 		return Meta{}, err
 	}
-	return w.meta, os.Rename(w.Dir, final)
+	if err := os.Rename(w.Dir, final); err != nil {
+		return Meta{}, err
+	}
+	return w.meta, w.store.prune()
+}
+
+// Keep is how many snapshots the store keeps: each is a few hundred MiB a
+// guest, and one whose labcloud or tools changed is never restored again.
+const Keep = 3
+
+// prune removes all but the Keep newest snapshots, and what writers that
+// never committed left.
+func (s Store) prune() error {
+	list, err := s.List()
+	if err != nil {
+		return err
+	}
+	for _, m := range list[min(Keep, len(list)):] {
+		if err := os.RemoveAll(s.Path(m.ID)); err != nil {
+			return err
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(s.Dir, ".writing-*"))
+	for _, d := range left {
+		if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > time.Hour {
+			_ = os.RemoveAll(d)
+		}
+	}
+	return nil
 }
 
 // Abort removes what was written.

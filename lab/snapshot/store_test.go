@@ -3,8 +3,11 @@ package snapshot
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A snapshot exists for its key only once committed, is found by its
@@ -70,5 +73,35 @@ func TestStoreLifecycle(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s.Path(b.ID()), metaFile)); err != nil {
 		t.Errorf("b's snapshot: %v", err)
+	}
+}
+
+// The store keeps the Keep newest snapshots.
+func TestStoreKeepsTheNewest(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	var ids []string
+	for i := range Keep + 2 {
+		w, err := s.Begin(Key{"nodes": strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := w.Commit(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.ID)
+		time.Sleep(2 * time.Millisecond) // creation times apart
+	}
+	list, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range list {
+		got = append(got, m.ID)
+	}
+	want := []string{ids[len(ids)-1], ids[len(ids)-2], ids[len(ids)-3]}
+	if !slices.Equal(got, want) {
+		t.Errorf("kept %v, want the %d newest %v", got, Keep, want)
 	}
 }

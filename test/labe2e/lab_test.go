@@ -265,7 +265,8 @@ func (l *labcloud) podsOf(app string) (nodes, ips map[string]string) {
 
 func TestLab(t *testing.T) {
 	l := newLabcloud(t)
-	l.up("--nodes", "2", "--insecure-registry", insecureRegistry)
+	args := []string{"--nodes", "2", "--insecure-registry", insecureRegistry}
+	l.up(append([]string{"--fresh"}, args...)...)
 
 	// Real kubelets, initialized by the CCM from libvirt with DHCP-lease
 	// addresses, pod CIDRs and routes.
@@ -539,6 +540,13 @@ func TestLab(t *testing.T) {
 	if out, err := exec.Command("pgrep", "-f", "guest="+lab.NodePrefix).Output(); err == nil {
 		t.Errorf("QEMU processes of lab guests left behind: %s", out)
 	}
+
+	// The first up's snapshot, restored twice; down after it too.
+	checkRestored(t, l, args...)
+	if st, err = lab.LoadState(l.dir); err != nil {
+		t.Fatal(err)
+	}
+	l.downTwiceLeavesNothing(st.Pids)
 }
 
 // checkBench runs `labcloud bench --runs 1` on the lab and checks that
