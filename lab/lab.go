@@ -73,9 +73,12 @@ type State struct {
 	Routed bool `json:"routed,omitempty"`
 	// Hosts are the lab's hypervisor hosts (up --hosts), the first the
 	// lab's own namespace; see LabHosts.
-	Hosts   []Host    `json:"hosts,omitempty"`
-	Steps   []Step    `json:"steps"`
-	Started time.Time `json:"started"`
+	Hosts []Host `json:"hosts,omitempty"`
+	// Snapshot is the snapshot the lab was restored from; empty when it
+	// booted.
+	Snapshot string    `json:"snapshot,omitempty"`
+	Steps    []Step    `json:"steps"`
+	Started  time.Time `json:"started"`
 }
 
 // Step is one timed step of up (lab/up).

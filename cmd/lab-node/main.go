@@ -9,11 +9,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -31,14 +34,7 @@ func main() {
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if *rtc != "" {
-		go func() {
-			if err := nodeclock.Follow(ctx, *rtc, time.Second); err != nil {
-				klog.ErrorS(err, "The clock does not follow the RTC: a restored snapshot keeps its old time")
-			}
-		}()
-	}
-	err := run(ctx, *kubeconfig, *node, *dir)
+	err := run(ctx, *kubeconfig, *node, *dir, *rtc)
 	stop()
 	if err != nil {
 		klog.ErrorS(err, "lab-node failed")
@@ -47,7 +43,7 @@ func main() {
 	klog.Flush()
 }
 
-func run(ctx context.Context, kubeconfig, node, dir string) error {
+func run(ctx context.Context, kubeconfig, node, dir, rtc string) error {
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -65,5 +61,38 @@ func run(ctx context.Context, kubeconfig, node, dir string) error {
 		return fmt.Errorf("create API client: %w", err)
 	}
 	klog.FromContext(ctx).Info("Starting lab-node", "node", node, "cniConfDir", dir)
+	if rtc != "" {
+		go followRTC(ctx, rtc, cfg.Host, client)
+	}
 	return nodecni.Run(ctx, client, node, dir)
+}
+
+// followRTC keeps the node's clock on the RTC's. After a step (a restored
+// snapshot), once the API server answers, it aborts every connection to
+// it: they were to a process that is gone, and watchers would not notice
+// for up to 45 s.
+func followRTC(ctx context.Context, rtc, apiServer string, client kubernetes.Interface) {
+	log := klog.FromContext(ctx)
+	u, err := url.Parse(apiServer)
+	var api netip.AddrPort
+	if err == nil {
+		api, err = netip.ParseAddrPort(u.Host)
+	}
+	if err != nil {
+		log.Error(err, "API server address", "server", apiServer)
+	}
+	stepped := func() {
+		if !api.IsValid() {
+			return
+		}
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			_, err := client.Discovery().ServerVersion()
+			return err == nil, nil
+		})
+		n, err := nodeclock.ResetConnections(api)
+		log.Info("Aborted the connections to the API server of before the restore", "server", api, "aborted", n, "err", err)
+	}
+	if err := nodeclock.Follow(ctx, rtc, time.Second, stepped); err != nil {
+		log.Error(err, "The clock does not follow the RTC: a restored snapshot keeps its old time")
+	}
 }

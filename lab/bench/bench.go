@@ -28,6 +28,9 @@ type Result struct {
 	// UpToFirstAnswerSeconds: up started -> a pod answered through a
 	// LoadBalancer VIP (lab.FirstAnswerStep), the same steps counted.
 	UpToFirstAnswerSeconds float64 `json:"upToFirstAnswerSeconds"`
+	// UpRestoredSeconds is UpToFirstAnswerSeconds of a lab restored from
+	// a snapshot (labcloud up a second time); null when the lab booted.
+	UpRestoredSeconds *float64 `json:"upRestoredSeconds"`
 	// ServiceToAnswer: Service created -> first HTTP answer from a pod
 	// through its VIP, one per run.
 	ServiceToAnswer    []float64 `json:"serviceToAnswerSeconds"`
@@ -119,7 +122,12 @@ func Run(ctx context.Context, st *lab.State, runs int, out io.Writer) (*Result, 
 	}
 	res := &Result{UpSteps: st.Steps, RSSMiB: map[string]float64{}}
 	res.UpTotalSeconds, res.UpToFirstAnswerSeconds = upSeconds(st.Steps)
-	fmt.Fprintf(out, "up: %.1fs to the first answer through a VIP, %.1fs in all\n", res.UpToFirstAnswerSeconds, res.UpTotalSeconds)
+	how := "booted"
+	if st.Snapshot != "" {
+		res.UpRestoredSeconds = &res.UpToFirstAnswerSeconds
+		how = "restored from snapshot " + st.Snapshot
+	}
+	fmt.Fprintf(out, "up (%s): %.1fs to the first answer through a VIP, %.1fs in all\n", how, res.UpToFirstAnswerSeconds, res.UpTotalSeconds)
 	// libvirt's event loop must exist before the connection that wants
 	// events is opened.
 	if err := startEventLoop(); err != nil {

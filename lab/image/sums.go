@@ -16,9 +16,9 @@ import (
 // disk's inputs (the tools, a few hundred MB) on every run; reading them
 // took a second of each, restored labs included.
 type sums struct {
-	path string // where they are kept; "" keeps them in memory only
-	mu   sync.Mutex
-	m    map[string]sumEntry
+	path  string // where they are kept; "" keeps them in memory only
+	mu    sync.Mutex
+	m     map[string]sumEntry
 	dirty bool
 }
 

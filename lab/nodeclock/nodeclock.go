@@ -32,8 +32,9 @@ func Step(now, rtc time.Time) time.Duration {
 }
 
 // Follow reads the RTC at dev every period and steps the clock when Step
-// says so, until ctx ends.
-func Follow(ctx context.Context, dev string, period time.Duration) error {
+// says so, until ctx ends; after a step it calls stepped (the node was
+// restored).
+func Follow(ctx context.Context, dev string, period time.Duration, stepped func()) error {
 	f, err := os.Open(dev)
 	if err != nil {
 		return fmt.Errorf("RTC: %w", err)
@@ -43,8 +44,12 @@ func Follow(ctx context.Context, dev string, period time.Duration) error {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
-		if err := follow(int(f.Fd()), log); err != nil {
+		did, err := follow(int(f.Fd()), log)
+		if err != nil {
 			return err
+		}
+		if did && stepped != nil {
+			stepped()
 		}
 		select {
 		case <-ctx.Done():
@@ -54,21 +59,23 @@ func Follow(ctx context.Context, dev string, period time.Duration) error {
 	}
 }
 
-func follow(fd int, log klog.Logger) error {
+// follow steps the clock to the RTC's if Step says so, and says whether
+// it did.
+func follow(fd int, log klog.Logger) (bool, error) {
 	t, err := unix.IoctlGetRTCTime(fd)
 	if err != nil {
-		return fmt.Errorf("read RTC: %w", err)
+		return false, fmt.Errorf("read RTC: %w", err)
 	}
 	rtc := time.Date(int(t.Year)+1900, time.Month(t.Mon+1), int(t.Mday), int(t.Hour), int(t.Min), int(t.Sec), 0, time.UTC)
 	now := time.Now()
 	d := Step(now, rtc)
 	if d == 0 {
-		return nil
+		return false, nil
 	}
 	tv := unix.NsecToTimeval(now.Add(d).UnixNano())
 	if err := unix.Settimeofday(&tv); err != nil {
-		return fmt.Errorf("step the clock by %s to the RTC's %s: %w", d, rtc.Format(time.RFC3339), err)
+		return false, fmt.Errorf("step the clock by %s to the RTC's %s: %w", d, rtc.Format(time.RFC3339), err)
 	}
 	log.Info("Stepped the clock to the RTC (a restored snapshot)", "by", d.Round(time.Millisecond), "rtc", rtc.Format(time.RFC3339))
-	return nil
+	return true, nil
 }

@@ -89,6 +89,7 @@ func Full(ctx context.Context, opts lab.Options) (*lab.State, error) {
 func restore(r *run, m snapshot.Meta, tools *Tools, bins *Binaries) error {
 	st, opts := r.env.State, r.env.Opts
 	r.env.say("restoring snapshot %s (taken %s; up --fresh boots instead)", m.ID, m.Created.Local().Format(time.DateTime))
+	st.Snapshot = m.ID
 	do(r, "claim the host's libvirtd", &ClaimHost{})
 	do(r, "libvirtd", &Libvirtd{})
 	do(r, "DHCP leases from the snapshot", &RestoreLeases{Snapshot: m})

@@ -45,11 +45,16 @@ func checkRestored(t *testing.T, l *labcloud, args ...string) {
 		if round == 2 {
 			break
 		}
+		// The Service after the pods: its answer is then the nodes'
+		// kube-proxies and the CCM, which a fresh lab gives in well under
+		// a second; a kube-proxy still watching through a connection of
+		// before the restore would not see the Service for up to 45 s.
 		l.mustKubectl("create", "deployment", "restored", "--image=registry.k8s.io/e2e-test-images/agnhost:2.63.0", "--replicas=2", "--", "/agnhost", "netexec", "--http-port=8080")
-		l.mustKubectl("expose", "deployment", "restored", "--type=LoadBalancer", "--port=80", "--target-port=8080")
 		l.mustKubectl("rollout", "status", "deployment/restored", "--timeout=5m")
+		l.mustKubectl("expose", "deployment", "restored", "--type=LoadBalancer", "--port=80", "--target-port=8080")
+		exposed := time.Now()
 		vip := ""
-		eventually(t, "a new Deployment on the restored lab answering through its VIP", 2*time.Minute, 500*time.Millisecond, func() string {
+		eventually(t, "a new Service on the restored lab answering through its VIP", 15*time.Second, 200*time.Millisecond, func() string {
 			vip, _ = l.kubectl(30*time.Second, "get", "svc", "restored", "-o", "jsonpath={.status.loadBalancer.ingress[0].ip}")
 			if vip == "" {
 				return "no VIP"
@@ -60,6 +65,7 @@ func checkRestored(t *testing.T, l *labcloud, args ...string) {
 			}
 			return ""
 		})
+		t.Logf("restore %d: a new Service answered through its VIP %s %.2fs after it was created", round, vip, time.Since(exposed).Seconds())
 		node := l.status().Nodes[0].Name
 		l.must(time.Minute, "node", "stop", node)
 		eventually(t, node+" tainted out-of-service after its domain stopped", time.Minute, time.Second, func() string {
