@@ -37,7 +37,7 @@ import (
 // the bridge's subnet of each of the cluster's families (in a routed lab,
 // one routed to the nodes over BGP), and BGP to the LAN router when it
 // runs.
-func labCloudConfig(a addressing, router bool, hosts []Host, self Host) provider.Config {
+func labCloudConfig(a Addresses, router bool, hosts []Host, self Host) provider.Config {
 	cfg := provider.DefaultConfig()
 	cfg.Region = "lab"
 	cfg.Host = self.Name

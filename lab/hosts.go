@@ -155,12 +155,12 @@ func hostOfGuest(i, hosts int) int { return (i-1)%hosts + 1 }
 func guestIPv4(prefix string, i int) string { return fmt.Sprintf("%s.%d", prefix, dhcpFirst-1+i) }
 
 // hostNetwork is host h's libvirt network in a lab of several hosts of
-// addressing a: the lab's network with h's bridge addresses, leasing only to
+// Addresses a: the lab's network with h's bridge addresses, leasing only to
 // h's guests, with the LAN router as their gateway of each family (it
 // learns every pod CIDR over BGP; for IPv6 it advertises itself, and h's
 // advertisements carry the prefix only). In a routed lab it is h's own
 // subnet, and h is its guests' gateway.
-func hostNetwork(h Host, hosts int, a addressing) libvirtd.Network {
+func hostNetwork(h Host, hosts int, a Addresses) libvirtd.Network {
 	n := libvirtd.Network{Name: NetworkName, Bridge: Bridge, IPv4Prefix: a.octets(), Address: h.Index, Router: a.RouterAddr(), DNS: a.Gateway()}
 	if h.Uplink != "" {
 		n.IPv4Prefix, n.Address, n.Router = a.lan().Subnet(h.Index), 1, ""

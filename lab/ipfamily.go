@@ -168,9 +168,6 @@ type Addresses struct {
 	pools        []lb.PoolConfig
 }
 
-// addressing is Addresses under the name ccm.go and hosts.go use.
-type addressing = Addresses
-
 // Family is the cluster's IP family.
 func (a Addresses) Family() IPFamily { return a.family }
 
