@@ -103,7 +103,7 @@ type rawEvent struct {
 // not wait for the hypervisor: lookups fail with ErrUnavailable until it
 // answers. WaitSynced waits for the first full listing.
 func Open(ctx context.Context, opts Options) (*Hypervisor, error) {
-	if err := startEventLoop(); err != nil {
+	if err := StartEventLoop(); err != nil {
 		return nil, err
 	}
 	h := newHypervisor(ctx, opts)

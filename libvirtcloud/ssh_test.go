@@ -36,7 +36,7 @@ func TestSSHHypervisor(t *testing.T) {
 			t.Skipf("%s not installed (hack/install-deps.sh installs it)", bin)
 		}
 	}
-	if err := startEventLoop(); err != nil {
+	if err := StartEventLoop(); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()

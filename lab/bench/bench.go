@@ -19,6 +19,7 @@ import (
 	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lab/image"
 	"github.com/labcloud/labcloud/lab/lanprobe"
+	"github.com/labcloud/labcloud/libvirtcloud"
 )
 
 // Result is what `labcloud bench` measures on a running lab.
@@ -130,7 +131,7 @@ func Run(ctx context.Context, st *lab.State, runs int, out io.Writer) (*Result, 
 	fmt.Fprintf(out, "up (%s): %.1fs to the first answer through a VIP, %.1fs in all\n", how, res.UpToFirstAnswerSeconds, res.UpTotalSeconds)
 	// libvirt's event loop must exist before the connection that wants
 	// events is opened.
-	if err := startEventLoop(); err != nil {
+	if err := libvirtcloud.StartEventLoop(); err != nil {
 		return nil, err
 	}
 	if err := startPods(ctx, client, len(st.Nodes)); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/host"
 	"github.com/labcloud/labcloud/lab/lanprobe"
+	"github.com/labcloud/labcloud/libvirtcloud"
 	"github.com/labcloud/labcloud/provider/placement"
 )
 
@@ -449,31 +450,10 @@ type domainEvent struct {
 	at    time.Time
 }
 
-var (
-	benchLoopOnce sync.Once
-	benchLoopErr  error
-)
-
-// startEventLoop runs libvirt's default event loop, which lifecycle
-// events need; like libvirt's, it lives as long as the process.
-func startEventLoop() error {
-	benchLoopOnce.Do(func() {
-		if err := libvirt.EventRegisterDefaultImpl(); err != nil {
-			benchLoopErr = fmt.Errorf("register libvirt event loop: %w", err)
-			return
-		}
-		go func() {
-			for libvirt.EventRunDefaultImpl() == nil {
-			}
-		}()
-	})
-	return benchLoopErr
-}
-
 // watchDomains records the lifecycle events of the domains of every
 // libvirtd in uris (each host's).
 func watchDomains(uris ...string) (*domainWatch, error) {
-	if err := startEventLoop(); err != nil {
+	if err := libvirtcloud.StartEventLoop(); err != nil {
 		return nil, err
 	}
 	w := &domainWatch{}
