@@ -19,6 +19,7 @@ import (
 
 	"github.com/labcloud/labcloud/lab"
 	"github.com/labcloud/labcloud/lab/controlplane"
+	"github.com/labcloud/labcloud/lab/guest"
 	"github.com/labcloud/labcloud/lab/snapshot"
 )
 
@@ -42,7 +43,12 @@ func snapshotKey(env *Env, tools *Tools, img *BootImage, disk *RootDisk) (snapsh
 		}
 	}
 	addr, _ := json.Marshal(st.Addressing)
+	accel, _ := guest.ChooseAccel(guest.GatherEvidence())
 	return snapshot.Key{
+		// A KVM guest's state holds the host CPU's features (host
+		// passthrough): another CPU may not run it.
+		"accel":       accel,
+		"cpu":         cpuModel(),
 		"nodes":       strconv.Itoa(opts.Nodes),
 		"hosts":       strconv.Itoa(len(st.Hosts)),
 		"ipFamily":    string(st.IPFamily),
@@ -56,6 +62,17 @@ func snapshotKey(env *Env, tools *Tools, img *BootImage, disk *RootDisk) (snapsh
 		"disk":        disk.Disk.Key,
 		"labcloud":    labcloud,
 	}, nil
+}
+
+// cpuModel is the host CPU's model name, as /proc/cpuinfo gives it.
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 func fileHash(path string) (string, error) {
