@@ -180,7 +180,10 @@ func upCmd(dir *string) *cobra.Command {
 			if exitCode(err) == restoreFailedExit {
 				// The snapshot is gone: what the restore made goes, and
 				// the lab boots.
-				afterFailedUp(cmd.Context(), cmd.ErrOrStderr(), *dir, failureLogs, false)
+				w := cmd.ErrOrStderr()
+				exportFailedUp(cmd.Context(), w, *dir, failureLogs)
+				fmt.Fprintln(w, "labcloud up: the restore failed; removing what it made, then booting the lab")
+				_ = lab.Down(*dir, w)
 				if err := makeNamespaces(cmd, opts); err != nil {
 					return err
 				}

@@ -2,9 +2,13 @@ package labe2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/labcloud/labcloud/lab"
 )
 
 // checkRestored brings the lab of TestLab's shape up again, after its
@@ -86,6 +90,25 @@ func checkRestored(t *testing.T, l *labcloud, args ...string) {
 			return ""
 		})
 		l.must(5*time.Minute, "down")
+	}
+	// A snapshot that cannot be restored is removed, and up boots the lab
+	// (and takes a whole snapshot again): never a half-restored cluster.
+	st, err := lab.LoadState(l.dir)
+	if err != nil || st.Snapshot == "" {
+		t.Fatalf("the restored lab's state names no snapshot: %v", err)
+	}
+	l.must(5*time.Minute, "down")
+	if err := os.Truncate(filepath.Join(lab.Snapshots().Path(st.Snapshot), "lab-node-1.mem"), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	out := l.must(15*time.Minute, append([]string{"up"}, args...)...)
+	if !strings.Contains(out, "the restore failed") || strings.Contains(out, "restored from snapshot") || !strings.Contains(out, "snapshot for the next up done") {
+		t.Errorf("up from a damaged snapshot: want the restore to fail, the lab booted and a new snapshot taken:\n%s", out)
+	}
+	for _, n := range l.status().Nodes {
+		if n.Ready != "True" || n.DomainState != "running" {
+			t.Errorf("after the damaged snapshot: node %s not ready/running: %+v", n.Name, n)
+		}
 	}
 }
 
