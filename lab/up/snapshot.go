@@ -220,7 +220,8 @@ func (a *RestoreLeases) Execute(context.Context, *Env) error {
 // AwaitGuests has its result.
 type RestoreGuests struct {
 	Snapshot snapshot.Meta
-	done     chan error // made: the restore's result
+	done     chan struct{} // made: closed when the restore is over
+	err      error         // the restore's result, once done is closed
 }
 
 func (a *RestoreGuests) Execute(_ context.Context, env *Env) error {
@@ -237,10 +238,11 @@ func (a *RestoreGuests) Execute(_ context.Context, env *Env) error {
 		return err
 	}
 	st.Nodes = append(st.Nodes, a.Snapshot.Guests...)
-	a.done = make(chan error, 1)
+	a.done = make(chan struct{})
 	go func() {
+		defer close(a.done)
 		defer c.Close()
-		a.done <- store.RestoreGuests(c, a.Snapshot)
+		a.err = store.RestoreGuests(c, a.Snapshot)
 	}()
 	return nil
 }
@@ -251,9 +253,8 @@ func (a *RestoreGuests) wait() error {
 	if a.done == nil {
 		return nil
 	}
-	err := <-a.done
-	a.done <- err // for a second wait
-	return err
+	<-a.done
+	return a.err
 }
 
 // AwaitGuests waits for RestoreGuests to end.

@@ -36,15 +36,15 @@ func (t *Target) CheckFiles() error {
 // signer reads the key: a key with a passphrase cannot be used, since
 // the CCM has no one to ask for it.
 func (t *Target) signer() (ssh.Signer, error) {
-	if err := readable(t.KeyFile); err != nil {
-		return nil, fmt.Errorf("keyfile %s: %w", t.KeyFile, err)
-	}
-	f, err := os.Open(t.KeyFile)
+	f, err := openRegular(t.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("keyfile %s: %w", t.KeyFile, err)
 	}
 	defer f.Close()
 	pem, err := io.ReadAll(io.LimitReader(f, keyFileMax))
+	if err == nil && len(pem) == 0 {
+		err = errNoContent
+	}
 	if err != nil {
 		return nil, fmt.Errorf("keyfile %s: %w", t.KeyFile, err)
 	}
@@ -122,27 +122,40 @@ func (noKey) Type() string                        { return "labcloud-no-key" }
 func (noKey) Marshal() []byte                     { return []byte("labcloud-no-key") }
 func (noKey) Verify([]byte, *ssh.Signature) error { return errors.New("no key") }
 
-// readable opens path and reads its first byte; a FIFO or a device would
-// block or never end, so only a regular file will do (opened without
-// blocking to find out).
+// readable opens path and reads its first byte, as the dial will read it.
 func readable(path string) error {
-	if !filepath.IsAbs(path) {
-		return errors.New("must be an absolute path")
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := openRegular(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return err
-	} else if !fi.Mode().IsRegular() {
-		return fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())
-	}
 	if _, err := f.Read(make([]byte, 1)); err == io.EOF {
-		return errors.New("is empty (make it with ssh-keygen, or ssh-keyscan the host into known_hosts)")
+		return errNoContent
 	} else if err != nil {
 		return err
 	}
 	return nil
+}
+
+var errNoContent = errors.New("is empty (make it with ssh-keygen, or ssh-keyscan the host into known_hosts)")
+
+// openRegular opens path, which must be absolute and a regular file: a
+// FIFO or a device would block or never end (so it is opened without
+// blocking to find out).
+func openRegular(path string) (*os.File, error) {
+	if !filepath.IsAbs(path) {
+		return nil, errors.New("must be an absolute path")
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil {
+		f.Close()
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())
+	}
+	return f, nil
 }

@@ -17,6 +17,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/labcloud/labcloud/examples"
 )
 
 // Target is where an ssh hypervisor URI points and what proves who is
@@ -98,7 +100,7 @@ func Parse(uri string) (*Target, error) {
 		}
 	}
 	var errs []error
-	for _, f := range []struct{ param, path, example string }{{"keyfile", t.KeyFile, DefaultKeyFile}, {"known_hosts", t.KnownHosts, DefaultKnownHosts}} {
+	for _, f := range []struct{ param, path, example string }{{"keyfile", t.KeyFile, defaultKeyFile}, {"known_hosts", t.KnownHosts, defaultKnownHosts}} {
 		switch {
 		case f.param == "known_hosts" && verify == "ignore":
 		case f.path == "":
@@ -131,11 +133,11 @@ func Parse(uri string) (*Target, error) {
 	return t, nil
 }
 
-// Default paths the docs and the errors name, in the CCM's config
-// directory, which the unit can read.
+// The paths the docs and the errors name, in the CCM's config directory,
+// which the unit can read.
 const (
-	DefaultKeyFile    = "/etc/libvirt-cloud-controller-manager/id_ed25519"
-	DefaultKnownHosts = "/etc/libvirt-cloud-controller-manager/known_hosts"
+	defaultKeyFile    = examples.ConfigDir + "/id_ed25519"
+	defaultKnownHosts = examples.ConfigDir + "/known_hosts"
 )
 
 // command is what the far side runs for a connection: virt-ssh-helper
